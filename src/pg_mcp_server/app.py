@@ -1,0 +1,27 @@
+"""What every tool call gets from the lifespan: settings, the pool, the guard's cache."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.mcpserver import Context
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.guard import FunctionSafety
+
+
+@dataclass
+class AppContext:
+    settings: Settings
+    db: Database
+    safety: FunctionSafety = field(default_factory=FunctionSafety)
+    sensitive: re.Pattern[str] | None = None
+
+
+def app_context(ctx: Context[Any, Any]) -> AppContext:
+    app = ctx.request_context.lifespan_context
+    assert isinstance(app, AppContext)
+    return app

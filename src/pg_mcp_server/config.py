@@ -1,0 +1,165 @@
+"""The one settings object (PRD 4.3): environment (`PG_*`, `MCP_*`), `.env`, defaults.
+
+Precedence is CLI flag > environment > `.env` > default: `__main__` passes CLI values as init
+arguments, which pydantic-settings ranks above every other source. Every field has a
+description, and `tests/test_config.py` checks that each is documented in the README.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+APPLICATION_NAME = "pg-mcp-server"
+
+
+class DatabaseSettings(BaseSettings):
+    """PostgreSQL connection configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PG_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    dsn: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("dsn", "PG_DSN", "DATABASE_URL"),
+        description=(
+            "Full connection URI or libpq key=value string (PG_DSN, or DATABASE_URL); "
+            "takes precedence over the separate PG_* connection fields"
+        ),
+    )
+    host: str = Field(
+        default="localhost", description="Database host name, or a unix-socket directory"
+    )
+    port: int = Field(default=5432, ge=1, le=65535, description="Database port")
+    database: str | None = Field(default=None, description="Database name")
+    user: str | None = Field(default=None, description="Database user")
+    password: SecretStr | None = Field(default=None, description="Database password")
+    sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] | None = (
+        Field(
+            default=None,
+            description="TLS mode as in libpq (use require or verify-full in production)",
+        )
+    )
+
+    pool_size: int = Field(default=5, ge=1, le=20, description="Connection pool size")
+    pool_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds to wait for a pooled or new connection"
+    )
+
+    statement_timeout: int = Field(
+        default=30000,
+        ge=1000,
+        description="Statement timeout in milliseconds, applied to every transaction",
+    )
+    default_schema: str = Field(
+        default="public", description="Schema used when a tool call names none"
+    )
+
+    @model_validator(mode="after")
+    def _need_a_target(self) -> DatabaseSettings:
+        if self.dsn is None and not self.database:
+            raise ValueError(
+                "no database configured: set PG_DSN (or DATABASE_URL), or PG_DATABASE and "
+                "PG_USER, or pass --dsn, or run with --demo"
+            )
+        return self
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `asyncpg.connect`; the DSN, when given, wins over the parts."""
+        if self.dsn is not None:
+            kwargs: dict[str, Any] = {"dsn": self.dsn.get_secret_value()}
+        else:
+            kwargs = {"host": self.host, "port": self.port, "database": self.database}
+            if self.user:
+                kwargs["user"] = self.user
+            if self.password is not None:
+                kwargs["password"] = self.password.get_secret_value()
+        if self.sslmode is not None:
+            kwargs["ssl"] = self.sslmode
+        return kwargs
+
+
+class ServerSettings(BaseSettings):
+    """MCP server configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MCP_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    transport: Literal["stdio", "http"] = Field(
+        default="stdio", description="Transport: stdio (default) or http (Streamable HTTP)"
+    )
+    host: str = Field(
+        default="127.0.0.1",
+        description="HTTP bind address (loopback by default; containers set 0.0.0.0)",
+    )
+    port: int = Field(default=8080, ge=1, le=65535, description="HTTP port")
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        default="INFO", description="Logging level (logs go to stderr)"
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="Log line format on stderr: json or text"
+    )
+
+    redact_sensitive_columns: bool = Field(
+        default=True,
+        description="Replace values of columns whose name matches the sensitive pattern",
+    )
+    sensitive_column_pattern: str = Field(
+        default="password|secret|token",
+        description="Case-insensitive regular expression naming sensitive columns",
+    )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @field_validator("sensitive_column_pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return value
+
+    def sensitive_regex(self) -> re.Pattern[str] | None:
+        if not self.redact_sensitive_columns or not self.sensitive_column_pattern:
+            return None
+        return re.compile(self.sensitive_column_pattern, re.IGNORECASE)
+
+
+class Settings(BaseSettings):
+    """Root settings combining all configuration."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+
+    @classmethod
+    def load(
+        cls,
+        database: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+    ) -> Settings:
+        """Read the environment and `.env`, with `database`/`server` overrides taking precedence."""
+        db_overrides = {k: v for k, v in (database or {}).items() if v is not None}
+        srv_overrides = {k: v for k, v in (server or {}).items() if v is not None}
+        return cls(
+            database=DatabaseSettings(**db_overrides),
+            server=ServerSettings(**srv_overrides),
+        )

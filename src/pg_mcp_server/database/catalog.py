@@ -1,0 +1,351 @@
+"""Schema discovery queries: `pg_catalog` only, one round trip per tool call.
+
+Each query is a module-level constant with `$n` binds. describe_table builds its whole answer
+as JSON inside PostgreSQL, so columns, keys, indexes and constraints arrive in one statement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.errors import (
+    SchemaNotFoundError,
+    TableNotFoundError,
+    closest,
+    did_you_mean,
+)
+
+RELKINDS_TABLES = ["r", "p", "f"]
+RELKINDS_ALL = ["r", "p", "f", "v", "m"]
+
+_TYPE_LABEL = """CASE {c}.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+    WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table' END"""
+
+_FK_ACTION = """CASE {a} WHEN 'a' THEN 'NO ACTION' WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE'
+    WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' END"""
+
+# Row estimate: planner statistics; a never-analyzed table (reltuples = -1) falls back to the
+# statistics collector's live-tuple count. A partitioned table sums its leaf partitions.
+_ROWS = """CASE
+    WHEN {c}.relkind = 'p' THEN (
+        SELECT coalesce(sum(CASE WHEN l.reltuples >= 0 THEN l.reltuples
+            ELSE coalesce(pg_catalog.pg_stat_get_live_tuples(l.oid), 0) END), 0)
+        FROM pg_catalog.pg_partition_tree({c}.oid) t JOIN pg_catalog.pg_class l ON l.oid = t.relid
+        WHERE t.isleaf)::bigint
+    WHEN {c}.relkind = 'v' THEN 0
+    WHEN {c}.reltuples >= 0 THEN {c}.reltuples::bigint
+    ELSE coalesce(pg_catalog.pg_stat_get_live_tuples({c}.oid), 0) END"""
+
+_SIZE = """CASE
+    WHEN {c}.relkind IN ('r', 'm') THEN pg_catalog.pg_total_relation_size({c}.oid)
+    WHEN {c}.relkind = 'p' THEN (
+        SELECT coalesce(sum(pg_catalog.pg_total_relation_size(t.relid)), 0)
+        FROM pg_catalog.pg_partition_tree({c}.oid) t)::bigint
+    END"""
+
+# Direct partitions, named relative to the parent's schema.
+_PARTITIONS = """CASE WHEN {c}.relkind = 'p' THEN ARRAY(
+    SELECT CASE WHEN ch.relnamespace = {c}.relnamespace THEN ch.relname
+                ELSE chn.nspname || '.' || ch.relname END
+    FROM pg_catalog.pg_inherits i
+    JOIN pg_catalog.pg_class ch ON ch.oid = i.inhrelid
+    JOIN pg_catalog.pg_namespace chn ON chn.oid = ch.relnamespace
+    WHERE i.inhparent = {c}.oid ORDER BY ch.relname) END"""
+
+
+def _fmt(template: str, **names: str) -> str:
+    return template.format(**names)
+
+
+LIST_SCHEMAS = """
+SELECT n.nspname AS name,
+       pg_catalog.pg_get_userbyid(n.nspowner) AS owner,
+       pg_catalog.obj_description(n.oid, 'pg_namespace') AS description,
+       coalesce(k.tables, 0) AS table_count,
+       coalesce(k.views, 0) AS view_count
+FROM pg_catalog.pg_namespace n
+LEFT JOIN (
+    SELECT relnamespace,
+           count(*) FILTER (WHERE relkind IN ('r', 'p', 'f') AND NOT relispartition) AS tables,
+           count(*) FILTER (WHERE relkind IN ('v', 'm')) AS views
+    FROM pg_catalog.pg_class
+    GROUP BY relnamespace
+) k ON k.relnamespace = n.oid
+WHERE $1 OR (n.nspname !~ '^pg_' AND n.nspname <> 'information_schema')
+ORDER BY n.nspname
+"""
+
+# One row per object; when the schema exists but has nothing matching, one row of NULLs
+# (the LEFT JOIN LATERAL), and no row at all when the schema does not exist.
+LIST_TABLES = f"""
+SELECT t.*, pg_catalog.pg_size_pretty(t.size_bytes) AS size_pretty
+FROM pg_catalog.pg_namespace n
+LEFT JOIN LATERAL (
+    SELECT c.relname AS name,
+           {_fmt(_TYPE_LABEL, c="c")} AS type,
+           pg_catalog.obj_description(c.oid, 'pg_class') AS description,
+           {_fmt(_ROWS, c="c")} AS estimated_row_count,
+           {_fmt(_SIZE, c="c")} AS size_bytes,
+           EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
+                   WHERE k.conrelid = c.oid AND k.contype = 'p') AS has_primary_key,
+           (SELECT count(*) FROM pg_catalog.pg_attribute a
+            WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)::int AS column_count,
+           {_fmt(_PARTITIONS, c="c")} AS partitions
+    FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = n.oid
+      AND c.relkind::text = ANY($2::text[])
+      AND NOT c.relispartition
+      AND ($3::text IS NULL OR c.relname ILIKE $3)
+) t ON true
+WHERE n.nspname = $1
+ORDER BY t.name
+"""
+
+# Everything describe_table returns, as one JSON document; NULL when there is no such relation.
+DESCRIBE_TABLE = f"""
+WITH rel AS (
+    SELECT c.oid, c.relname, n.nspname, c.relkind, c.reltuples, c.relnamespace, c.relispartition
+    FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+),
+pk AS (
+    SELECT k.conkey FROM pg_catalog.pg_constraint k, rel
+    WHERE k.conrelid = rel.oid AND k.contype = 'p'
+),
+fk AS (
+    SELECT k.conname, u.attnum, u.ord, rn.nspname AS ref_schema, rc.relname AS ref_table,
+           ra.attname AS ref_column,
+           {_fmt(_FK_ACTION, a="k.confupdtype")} AS on_update,
+           {_fmt(_FK_ACTION, a="k.confdeltype")} AS on_delete
+    FROM rel
+    JOIN pg_catalog.pg_constraint k ON k.conrelid = rel.oid AND k.contype = 'f'
+    CROSS JOIN LATERAL unnest(k.conkey, k.confkey) WITH ORDINALITY AS u(attnum, refnum, ord)
+    JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
+    JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
+    JOIN pg_catalog.pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = u.refnum
+),
+uniq AS (
+    SELECT i.indkey[0] AS attnum FROM pg_catalog.pg_index i, rel
+    WHERE i.indrelid = rel.oid AND i.indisunique AND i.indnkeyatts = 1 AND i.indpred IS NULL
+),
+col AS (
+    SELECT a.attnum, a.attname, a.attnotnull, a.attidentity, a.attgenerated,
+           pg_catalog.format_type(a.atttypid, a.atttypmod) AS data_type,
+           pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS expr,
+           pg_catalog.col_description(a.attrelid, a.attnum) AS description,
+           CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END AS truetyp,
+           CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END AS truemod,
+           CASE WHEN t.typtype = 'd'
+                THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) END AS domain_base,
+           CASE WHEN t.typtype = 'e' THEN t.oid
+                WHEN bt.typtype = 'e' THEN bt.oid
+                WHEN et.typtype = 'e' THEN et.oid END AS enum_oid
+    FROM rel
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = rel.oid AND a.attnum > 0 AND NOT a.attisdropped
+    JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+    LEFT JOIN pg_catalog.pg_type bt ON bt.oid = t.typbasetype AND t.typtype = 'd'
+    LEFT JOIN pg_catalog.pg_type et ON et.oid = t.typelem AND t.typcategory = 'A'
+    LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+)
+SELECT json_build_object(
+    'table_name', rel.relname,
+    'schema_name', rel.nspname,
+    'type', {_fmt(_TYPE_LABEL, c="rel")},
+    'description', pg_catalog.obj_description(rel.oid, 'pg_class'),
+    'columns', (SELECT coalesce(json_agg(json_build_object(
+        'name', col.attname,
+        'data_type', col.data_type,
+        'is_nullable', NOT col.attnotnull,
+        'default_value', CASE WHEN col.attgenerated = '' THEN col.expr END,
+        'description', col.description,
+        'is_primary_key', EXISTS (SELECT 1 FROM pk WHERE col.attnum = ANY(pk.conkey)),
+        'is_unique', EXISTS (SELECT 1 FROM uniq WHERE uniq.attnum = col.attnum),
+        'foreign_key', (SELECT json_build_object(
+                'constraint_name', fk.conname, 'referenced_schema', fk.ref_schema,
+                'referenced_table', fk.ref_table, 'referenced_column', fk.ref_column,
+                'on_update', fk.on_update, 'on_delete', fk.on_delete)
+            FROM fk WHERE fk.attnum = col.attnum ORDER BY fk.conname LIMIT 1),
+        'character_maximum_length', CASE
+            WHEN col.truetyp IN ('bpchar'::regtype, 'varchar'::regtype) AND col.truemod > 4
+            THEN col.truemod - 4 END,
+        'numeric_precision', CASE WHEN col.truetyp = 'numeric'::regtype AND col.truemod >= 4
+            THEN ((col.truemod - 4) >> 16) & 65535 END,
+        'numeric_scale', CASE WHEN col.truetyp = 'numeric'::regtype AND col.truemod >= 4
+            THEN (((col.truemod - 4) & 2047) # 1024) - 1024 END,
+        'enum_values', CASE WHEN col.enum_oid IS NOT NULL THEN (
+            SELECT json_agg(e.enumlabel ORDER BY e.enumsortorder)
+            FROM pg_catalog.pg_enum e WHERE e.enumtypid = col.enum_oid) END,
+        'domain_base_type', col.domain_base,
+        'is_identity', col.attidentity <> '',
+        'identity_generation', CASE col.attidentity WHEN 'a' THEN 'ALWAYS'
+            WHEN 'd' THEN 'BY DEFAULT' END,
+        'generation_expression', CASE WHEN col.attgenerated <> '' THEN col.expr END
+        ) ORDER BY col.attnum), '[]') FROM col),
+    'indexes', CASE WHEN $3 THEN (SELECT coalesce(json_agg(json_build_object(
+        'name', ic.relname,
+        'columns', (SELECT json_agg(CASE WHEN i.indkey[k - 1] > 0
+                    THEN (SELECT a.attname FROM pg_catalog.pg_attribute a
+                          WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[k - 1])
+                    ELSE pg_catalog.pg_get_indexdef(i.indexrelid, k, true) END ORDER BY k)
+                    FROM generate_series(1, i.indnkeyatts) AS k),
+        'is_unique', i.indisunique,
+        'is_primary', i.indisprimary,
+        'index_type', am.amname,
+        'description', pg_catalog.obj_description(i.indexrelid, 'pg_class'),
+        'definition', pg_catalog.pg_get_indexdef(i.indexrelid)
+        ) ORDER BY i.indisprimary DESC, ic.relname), '[]')
+        FROM pg_catalog.pg_index i
+        JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+        JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+        WHERE i.indrelid = rel.oid) END,
+    'constraints', CASE WHEN $4 THEN (SELECT coalesce(json_agg(json_build_object(
+        'name', k.conname,
+        'type', CASE k.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'f' THEN 'FOREIGN KEY'
+            WHEN 'u' THEN 'UNIQUE' WHEN 'c' THEN 'CHECK' WHEN 'x' THEN 'EXCLUDE' END,
+        'columns', coalesce((SELECT json_agg(a.attname ORDER BY u.ord)
+            FROM unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
+            JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum),
+            '[]'),
+        'definition', pg_catalog.pg_get_constraintdef(k.oid, true),
+        'referenced_table', rc.relname,
+        'referenced_schema', rn.nspname,
+        'referenced_columns', CASE WHEN k.contype = 'f' THEN (
+            SELECT json_agg(a.attname ORDER BY u.ord)
+            FROM unnest(k.confkey) WITH ORDINALITY AS u(attnum, ord)
+            JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.attnum)
+            END
+        ) ORDER BY position(k.contype IN 'pufcx'), k.conname), '[]')
+        FROM pg_catalog.pg_constraint k
+        LEFT JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
+        LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
+        WHERE k.conrelid = rel.oid AND k.contype IN ('p', 'u', 'f', 'c', 'x')) END,
+    'estimated_row_count', {_fmt(_ROWS, c="rel")},
+    'size_pretty', pg_catalog.pg_size_pretty({_fmt(_SIZE, c="rel")}),
+    'partitions', {_fmt(_PARTITIONS, c="rel")},
+    'partition_key', CASE WHEN rel.relkind = 'p'
+        THEN pg_catalog.pg_get_partkeydef(rel.oid) END,
+    'partition_of', CASE WHEN rel.relispartition THEN (
+        SELECT CASE WHEN p.relnamespace = rel.relnamespace THEN p.relname
+                    ELSE pn.nspname || '.' || p.relname END
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+        JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
+        WHERE i.inhrelid = rel.oid LIMIT 1) END,
+    'view_definition', CASE WHEN rel.relkind IN ('v', 'm')
+        THEN pg_catalog.pg_get_viewdef(rel.oid, true) END
+)
+FROM rel
+"""
+
+# What get_sample_rows needs before it can build its SELECT.
+TABLE_SHAPE = f"""
+SELECT c.relkind,
+       {_fmt(_ROWS, c="c")} AS estimated_rows,
+       ARRAY(SELECT a.attname FROM pg_catalog.pg_attribute a
+             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+             ORDER BY a.attnum) AS columns,
+       ARRAY(SELECT a.attname
+             FROM pg_catalog.pg_constraint k
+             CROSS JOIN LATERAL unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum
+             WHERE k.conrelid = c.oid AND k.contype = 'p'
+             ORDER BY u.ord) AS primary_key
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+"""
+
+# Only on the error path: what to suggest instead of a missing schema or table.
+NEAR_NAMES = """
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS schema_exists,
+       ARRAY(SELECT nspname FROM pg_catalog.pg_namespace
+             WHERE nspname !~ '^pg_' AND nspname <> 'information_schema'
+             ORDER BY nspname) AS schemas,
+       ARRAY(SELECT c.relname FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+             ORDER BY c.relname) AS tables,
+       ARRAY(SELECT n.nspname FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+             ORDER BY n.nspname) AS schemas_with_table
+"""
+
+
+async def list_schemas(conn: asyncpg.Connection, include_system: bool) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.fetch(LIST_SCHEMAS, include_system)]
+
+
+async def list_tables(
+    conn: asyncpg.Connection, schema: str, include_views: bool, name_pattern: str | None
+) -> list[dict[str, Any]]:
+    kinds = RELKINDS_ALL if include_views else RELKINDS_TABLES
+    rows = await conn.fetch(LIST_TABLES, schema, kinds, name_pattern)
+    if not rows:
+        raise await missing_schema(conn, schema)
+    return [dict(r) for r in rows if r["name"] is not None]
+
+
+async def describe_table(
+    conn: asyncpg.Connection,
+    schema: str,
+    table: str,
+    include_indexes: bool,
+    include_constraints: bool,
+) -> dict[str, Any]:
+    doc = await conn.fetchval(DESCRIBE_TABLE, schema, table, include_indexes, include_constraints)
+    if doc is None:
+        raise await missing_table(conn, schema, table)
+    assert isinstance(doc, dict)
+    return doc
+
+
+async def table_shape(conn: asyncpg.Connection, schema: str, table: str) -> asyncpg.Record:
+    row = await conn.fetchrow(TABLE_SHAPE, schema, table)
+    if row is None:
+        raise await missing_table(conn, schema, table)
+    return row
+
+
+async def missing_schema(conn: asyncpg.Connection, schema: str) -> SchemaNotFoundError:
+    near = await conn.fetchrow(NEAR_NAMES, schema, "")
+    assert near is not None
+    return _schema_error(schema, near["schemas"])
+
+
+def _schema_error(schema: str, schemas: list[str]) -> SchemaNotFoundError:
+    similar = closest(schema, schemas)
+    return SchemaNotFoundError(
+        f"Schema '{schema}' does not exist",
+        suggestion=did_you_mean(similar, "Use list_schemas to see the available schemas."),
+        context={"requested_schema": schema, "similar_schemas": similar},
+    )
+
+
+async def missing_table(
+    conn: asyncpg.Connection, schema: str, table: str
+) -> SchemaNotFoundError | TableNotFoundError:
+    near = await conn.fetchrow(NEAR_NAMES, schema, table)
+    assert near is not None
+    if not near["schema_exists"]:
+        return _schema_error(schema, near["schemas"])
+    similar = closest(table, near["tables"])
+    elsewhere = [s for s in near["schemas_with_table"] if s != schema]
+    then = "Use list_tables to see available tables."
+    if elsewhere:
+        then = f"A table named '{table}' exists in schema '{elsewhere[0]}'. " + then
+    context: dict[str, Any] = {
+        "requested_table": table,
+        "requested_schema": schema,
+        "similar_tables": similar,
+    }
+    if elsewhere:
+        context["schemas_with_table"] = elsewhere
+    return TableNotFoundError(
+        f"Table '{table}' does not exist in schema '{schema}'",
+        suggestion=did_you_mean(similar, then),
+        context=context,
+    )

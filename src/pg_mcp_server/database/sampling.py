@@ -1,0 +1,134 @@
+"""get_sample_rows: a few real rows, safely.
+
+Identifiers come from the catalog and are always quoted; the optional WHERE clause is
+untrusted SQL and passes the read-only guard (shape, then functions) before it is spliced in;
+the whole SELECT then runs inside the read-only transaction like any other query.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.database import catalog
+from pg_mcp_server.database.guard import (
+    FunctionSafety,
+    check_where_clause,
+    guard_select,
+    quote_ident,
+)
+from pg_mcp_server.database.values import row_to_json
+from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
+
+# Above this many estimated rows, random sampling reads a block sample (TABLESAMPLE SYSTEM)
+# instead of sorting the whole table by random().
+TABLESAMPLE_THRESHOLD = 10_000
+# Long text in a sample is cut: the sample shows what the data looks like, not all of it.
+MAX_TEXT = 500
+_SAMPLEABLE = {"r", "m", "p"}
+
+
+@dataclass
+class Sample:
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    total_table_rows: int
+    note: str | None
+
+
+def _pick_columns(requested: list[str] | None, available: list[str], table: str) -> list[str]:
+    if not requested:
+        return available
+    missing = [c for c in requested if c not in available]
+    if missing:
+        similar = closest(missing[0], available)
+        raise ColumnNotFoundError(
+            f"Column '{missing[0]}' does not exist in table '{table}'",
+            suggestion=did_you_mean(similar, "Use describe_table to see the available columns."),
+            context={
+                "missing_columns": missing,
+                "similar_columns": similar,
+                "available_columns": available,
+            },
+        )
+    return list(dict.fromkeys(requested))
+
+
+async def sample_rows(
+    conn: asyncpg.Connection,
+    safety: FunctionSafety,
+    *,
+    schema: str,
+    table: str,
+    limit: int,
+    columns: list[str] | None,
+    where_clause: str | None,
+    randomize: bool,
+    sensitive: re.Pattern[str] | None,
+) -> Sample:
+    shape = await catalog.table_shape(conn, schema, table)
+    chosen = _pick_columns(columns, list(shape["columns"]), table)
+    estimated: int = shape["estimated_rows"]
+    source = f"{quote_ident(schema)}.{quote_ident(table)}"
+    select_list = ", ".join(quote_ident(c) for c in chosen) or "*"
+
+    where = ""
+    notes: list[str] = []
+    if where_clause is not None and where_clause.strip():
+        where = " WHERE " + check_where_clause(where_clause, source)
+        notes.append("filtered by where_clause")
+
+    use_tablesample = (
+        randomize and estimated > TABLESAMPLE_THRESHOLD and shape["relkind"] in _SAMPLEABLE
+    )
+    order = ""
+    if randomize:
+        order = " ORDER BY random()"
+        notes.append("randomized")
+    elif shape["primary_key"]:
+        order = " ORDER BY " + ", ".join(quote_ident(c) for c in shape["primary_key"])
+        notes.append("first rows ordered by primary key")
+    else:
+        notes.append("no primary key: rows in storage order")
+
+    def build(sampled: bool) -> str:
+        frm = source
+        if sampled:
+            # Enough blocks for ~20x the wanted rows, so a filter still finds some.
+            percent = min(100.0, max(0.001, 100.0 * limit * 20 / max(estimated, 1)))
+            frm = f"{source} TABLESAMPLE SYSTEM ({percent:.4f})"
+        return f"SELECT {select_list} FROM {frm}{where}{order} LIMIT {int(limit)}"
+
+    sql = build(use_tablesample)
+    # The assembled statement passes the same gate as a user's query.
+    await guard_select(sql, conn, safety)
+    records = await conn.fetch(sql)
+    if use_tablesample and len(records) < limit:
+        # The block sample came up short (a selective filter, or few blocks): sort them all.
+        records = await conn.fetch(build(False))
+    elif use_tablesample:
+        notes.append("block sample (TABLESAMPLE SYSTEM)")
+
+    rows: list[dict[str, Any]] = []
+    redacted: set[str] = set()
+    truncated = False
+    for record in records:
+        row, hidden, cut = row_to_json(record, sensitive, MAX_TEXT)
+        rows.append(row)
+        redacted |= hidden
+        truncated = truncated or cut
+    if redacted:
+        notes.append("redacted sensitive columns: " + ", ".join(sorted(redacted)))
+    if truncated:
+        notes.append(f"text longer than {MAX_TEXT} characters is cut")
+    if any(isinstance(v, bytes) for record in records for v in record.values()):
+        notes.append("bytea values are base64-encoded")
+    return Sample(
+        columns=chosen,
+        rows=rows,
+        total_table_rows=estimated,
+        note="; ".join(notes),
+    )

@@ -1,0 +1,114 @@
+"""The typed error tree: one exception class per PRD section 7 error code.
+
+Tools and the database layer raise these; `tools/registry.py` is the one place that turns them
+into an MCP tool error result. Messages and context must never carry a DSN or a password.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+
+class PgMcpError(Exception):
+    """Base class: a failure the caller can act on, with a PRD error code and a suggestion."""
+
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    default_suggestion: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        suggestion: str | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.suggestion = suggestion if suggestion is not None else self.default_suggestion
+        self.context = context
+
+
+class SchemaNotFoundError(PgMcpError):
+    code = "SCHEMA_NOT_FOUND"
+    default_suggestion = "Use list_schemas to see the available schemas."
+
+
+class TableNotFoundError(PgMcpError):
+    code = "TABLE_NOT_FOUND"
+    default_suggestion = "Use list_tables to see the tables in the schema."
+
+
+class ColumnNotFoundError(PgMcpError):
+    code = "COLUMN_NOT_FOUND"
+    default_suggestion = "Use describe_table to see the available columns."
+
+
+class InvalidSqlError(PgMcpError):
+    code = "INVALID_SQL"
+    default_suggestion = "Review the query syntax."
+
+
+class WriteOperationDeniedError(PgMcpError):
+    code = "WRITE_OPERATION_DENIED"
+    default_suggestion = (
+        "This server only runs read-only queries: a single SELECT (WITH, VALUES and TABLE "
+        "are fine) without data-modifying CTEs, SELECT INTO, row locks or side-effect functions."
+    )
+
+
+class QueryTimeoutError(PgMcpError):
+    code = "QUERY_TIMEOUT"
+    default_suggestion = "Simplify the query, filter on indexed columns, or add a LIMIT."
+
+
+class DatabaseConnectionError(PgMcpError):
+    code = "CONNECTION_ERROR"
+    default_suggestion = (
+        "Check that the database is reachable and the connection settings are right; "
+        "the server keeps running and will reconnect on the next call."
+    )
+
+
+class PermissionDeniedError(PgMcpError):
+    code = "PERMISSION_DENIED"
+    default_suggestion = "The database role lacks a privilege; contact the database administrator."
+
+
+class ParameterError(PgMcpError):
+    code = "PARAMETER_ERROR"
+    default_suggestion = "Review the parameter constraints in the tool's input schema."
+
+
+class PathNotFoundError(PgMcpError):
+    code = "PATH_NOT_FOUND"
+    default_suggestion = "The tables may not be related through foreign keys."
+
+
+class InternalError(PgMcpError):
+    """An unexpected failure; its message is generic so nothing internal leaks."""
+
+    code = "INTERNAL_ERROR"
+    default_suggestion = "This is a server bug; the details are in the server's log."
+
+
+def closest(name: str, candidates: Iterable[str], limit: int = 3) -> list[str]:
+    """Names close to `name`: case-insensitive equals first, then difflib's nearest."""
+    pool = list(candidates)
+    folded = [c for c in pool if c.casefold() == name.casefold() and c != name]
+    lowered = {c.casefold(): c for c in pool}
+    near = difflib.get_close_matches(name.casefold(), list(lowered), n=limit, cutoff=0.6)
+    prefixed = [c for c in pool if c.casefold().startswith(name.casefold()) and c != name]
+    out: list[str] = []
+    for c in [*folded, *(lowered[n] for n in near), *sorted(prefixed)]:
+        if c not in out:
+            out.append(c)
+    return out[:limit]
+
+
+def did_you_mean(similar: list[str], then: str) -> str:
+    if not similar:
+        return then
+    names = " or ".join(f"'{s}'" for s in similar[:3])
+    return f"Did you mean {names}? {then}"

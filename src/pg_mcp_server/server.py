@@ -1,0 +1,61 @@
+"""build_server(settings) -> MCPServer: the only module that registers with the SDK."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from mcp.server.mcpserver import MCPServer
+
+from pg_mcp_server.app import AppContext
+from pg_mcp_server.config import Settings
+from pg_mcp_server.database.engine import Database
+from pg_mcp_server.tools.registry import PgTool
+from pg_mcp_server.tools.schema_tools import schema_tools
+
+logger = logging.getLogger(__name__)
+
+INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
+1. Discover: list_schemas -> list_tables(schema_name) -> describe_table(table_name) for exact
+   column names, types, keys and enum values; get_sample_rows to see real values and formats.
+2. Relate: foreign keys in describe_table show how tables join.
+3. Query: only read-only SQL runs; anything that writes, locks or changes settings is refused.
+Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
+(for example TABLE_NOT_FOUND with the closest names): follow the suggestion."""
+
+
+def _version() -> str:
+    try:
+        return version("pg-mcp-server")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
+
+
+def all_tools(settings: Settings) -> list[PgTool]:
+    return [*schema_tools(settings.database.default_schema)]
+
+
+def build_server(settings: Settings) -> MCPServer[AppContext]:
+    @asynccontextmanager
+    async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
+        db = Database(settings.database)
+        try:
+            yield AppContext(
+                settings=settings,
+                db=db,
+                sensitive=settings.server.sensitive_regex(),
+            )
+        finally:
+            await db.dispose()
+
+    return MCPServer(
+        name="pg-mcp-server",
+        title="PostgreSQL MCP server",
+        version=_version(),
+        instructions=INSTRUCTIONS,
+        tools=list(all_tools(settings)),
+        lifespan=lifespan,
+        log_level=settings.server.log_level,
+    )

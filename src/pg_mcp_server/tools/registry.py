@@ -1,0 +1,122 @@
+"""The one place tool results and tool errors are made.
+
+Every tool (built-in now, YAML-defined later) is registered as a `PgTool`. Its `run` turns
+argument-validation failures into PARAMETER_ERROR, our typed `PgMcpError`s into their PRD
+codes, and anything unexpected into a masked INTERNAL_ERROR (details go to the log on stderr,
+never to the client). Successful results carry the output model twice, as the spec asks:
+`structuredContent`, and compact JSON text for clients that read only `content`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, ValidationError
+
+from pg_mcp_server.errors import InternalError, ParameterError, PgMcpError
+from pg_mcp_server.models.errors import ErrorDetail, ToolError
+
+logger = logging.getLogger(__name__)
+
+_ECHO_LIMIT = 2000  # characters of each string argument echoed back in input_received
+
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True,
+    destructive_hint=False,
+    idempotent_hint=True,
+    open_world_hint=False,
+)
+
+
+def ok(output: BaseModel) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=output.model_dump_json())],
+        structured_content=output.model_dump(mode="json"),
+    )
+
+
+def _echo(arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (v[:_ECHO_LIMIT] + "..." if isinstance(v, str) and len(v) > _ECHO_LIMIT else v)
+        for k, v in arguments.items()
+    }
+
+
+def parameter_error(exc: ValidationError) -> ParameterError:
+    problems = [
+        {
+            "parameter": ".".join(str(p) for p in err["loc"]) or "(arguments)",
+            "problem": err["msg"],
+            "received": err.get("input"),
+        }
+        for err in exc.errors(include_url=False)
+    ]
+    first = problems[0]
+    return ParameterError(
+        f"Invalid value for '{first['parameter']}': {first['problem']}",
+        suggestion="Fix the listed parameters; the tool's input schema gives each constraint.",
+        context={"errors": problems},
+    )
+
+
+def error_result(exc: PgMcpError, tool_name: str, arguments: dict[str, Any]) -> CallToolResult:
+    body = ToolError(
+        error=ErrorDetail(
+            code=exc.code,
+            message=exc.message,
+            suggestion=exc.suggestion,
+            context=exc.context,
+        ),
+        tool_name=tool_name,
+        input_received=_echo(arguments),
+    )
+    return CallToolResult(
+        content=[TextContent(type="text", text=body.model_dump_json())],
+        structured_content=body.model_dump(mode="json"),
+        is_error=True,
+    )
+
+
+class PgTool(Tool):
+    """An SDK tool whose failures come back as PRD `ToolError` results."""
+
+    async def run(
+        self,
+        arguments: dict[str, Any],
+        context: Context[Any, Any],
+        convert_result: bool = False,
+    ) -> Any:
+        try:
+            return await super().run(arguments, context, convert_result)
+        except SdkToolError as wrapped:
+            cause = wrapped.__cause__
+            if isinstance(cause, ValidationError):
+                error: PgMcpError = parameter_error(cause)
+            elif isinstance(cause, PgMcpError):
+                error = cause
+            else:
+                logger.error("tool %s failed unexpectedly", self.name, exc_info=cause)
+                error = InternalError(f"The tool {self.name} failed unexpectedly.")
+            logger.info("tool %s -> %s", self.name, error.code)
+            return error_result(error, self.name, arguments)
+
+
+def make_tool(
+    fn: Callable[..., Any],
+    *,
+    name: str,
+    title: str,
+    description: str,
+    annotations: ToolAnnotations = READ_ONLY,
+) -> PgTool:
+    tool = PgTool.from_function(
+        fn, name=name, title=title, description=description, annotations=annotations
+    )
+    assert isinstance(tool, PgTool)
+    return tool
