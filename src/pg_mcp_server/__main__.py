@@ -73,8 +73,8 @@ def _database(args: argparse.Namespace) -> Iterator[str | None]:
         yield dsn
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
+    """Flags override the environment and `.env`; flags not given leave them in charge."""
     server_overrides = {
         "transport": args.transport,
         "host": args.host,
@@ -82,10 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "log_level": args.log_level,
         "log_format": args.log_format,
     }
+    return Settings.load(database={"dsn": dsn}, server=server_overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         with _database(args) as dsn:
             try:
-                settings = Settings.load(database={"dsn": dsn}, server=server_overrides)
+                settings = settings_from_args(args, dsn)
             except ValidationError as exc:
                 print(f"pg-mcp-server: invalid configuration:\n{_explain(exc)}", file=sys.stderr)
                 return 2

@@ -72,6 +72,13 @@ async def sample_rows(
     shape = await catalog.table_shape(conn, schema, table)
     chosen = _pick_columns(columns, list(shape["columns"]), table)
     estimated: int = shape["estimated_rows"]
+    if not shape["relispopulated"]:
+        return Sample(
+            columns=chosen,
+            rows=[],
+            total_table_rows=0,
+            note="materialized view not populated yet (REFRESH MATERIALIZED VIEW fills it)",
+        )
     source = f"{quote_ident(schema)}.{quote_ident(table)}"
     select_list = ", ".join(quote_ident(c) for c in chosen) or "*"
 

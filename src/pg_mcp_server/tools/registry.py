@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from pg_mcp_server.errors import InternalError, ParameterError, PgMcpError
 from pg_mcp_server.models.errors import ErrorDetail, ToolError
+from pg_mcp_server.tools.schemas import compact_schema
 
 logger = logging.getLogger(__name__)
 
@@ -119,4 +120,7 @@ def make_tool(
         fn, name=name, title=title, description=description, annotations=annotations
     )
     assert isinstance(tool, PgTool)
+    tool.parameters = compact_schema(tool.parameters)
+    if tool.fn_metadata.output_schema is not None:
+        tool.fn_metadata.output_schema = compact_schema(tool.fn_metadata.output_schema)
     return tool

@@ -1,0 +1,44 @@
+"""Drive the server the way an agent does: through an MCP client session."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp import Client
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.server import build_server
+
+
+@asynccontextmanager
+async def connect(dsn: str, **server: Any) -> AsyncIterator[Client]:
+    """An in-process client session on a server built for `dsn` (server settings overridable)."""
+    settings = Settings.load(database={"dsn": dsn}, server=server)
+    async with Client(build_server(settings)) as client:
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A successful call's structured result (the text content must say the same)."""
+    result = await client.call_tool(tool, arguments)
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert not result.is_error, text
+    assert isinstance(result.structured_content, dict)
+    assert json.loads(text) == result.structured_content
+    return result.structured_content
+
+
+async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """A failed call's PRD ToolError body, checked for shape."""
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, f"expected an error from {tool}({arguments})"
+    body = result.structured_content
+    assert isinstance(body, dict)
+    assert json.loads(result.content[0].text) == body  # type: ignore[union-attr]
+    assert body["tool_name"] == tool
+    assert set(body["error"]) == {"code", "message", "suggestion", "context"}
+    assert body["error"]["suggestion"], "every error carries a suggestion"
+    return body

