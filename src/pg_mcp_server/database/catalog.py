@@ -242,7 +242,7 @@ FROM rel
 
 # What get_sample_rows needs before it can build its SELECT.
 TABLE_SHAPE = f"""
-SELECT c.relkind, c.relispopulated,
+SELECT c.relkind::text AS relkind, c.relispopulated, c.relpages,
        {_fmt(_ROWS, c="c")} AS estimated_rows,
        ARRAY(SELECT a.attname FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped

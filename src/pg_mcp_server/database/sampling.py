@@ -104,8 +104,11 @@ async def sample_rows(
     def build(sampled: bool) -> str:
         frm = source
         if sampled:
-            # Enough blocks for ~20x the wanted rows, so a filter still finds some.
-            percent = min(100.0, max(0.001, 100.0 * limit * 20 / max(estimated, 1)))
+            # Blocks are sampled, not rows: aim for ~50x the wanted rows and at least 20
+            # blocks, so a short page or a filter still leaves enough to choose from.
+            by_rows = limit * 50 / max(estimated, 1)
+            by_pages = 20 / max(shape["relpages"], 1) if shape["relpages"] > 0 else 0.0
+            percent = min(100.0, max(0.001, 100.0 * max(by_rows, by_pages)))
             frm = f"{source} TABLESAMPLE SYSTEM ({percent:.4f})"
         return f"SELECT {select_list} FROM {frm}{where}{order} LIMIT {int(limit)}"
 

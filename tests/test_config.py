@@ -1,0 +1,99 @@
+"""Settings: every one documented, flags beat the environment, secrets stay secret."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pg_mcp_server.__main__ import parse_args, settings_from_args
+from pg_mcp_server.config import DatabaseSettings, ServerSettings, Settings
+
+README = (Path(__file__).parents[1] / "README.md").read_text()
+
+
+def env_names() -> list[str]:
+    names = [f"PG_{f.upper()}" for f in DatabaseSettings.model_fields]
+    names += [f"MCP_{f.upper()}" for f in ServerSettings.model_fields]
+    return [*names, "DATABASE_URL"]
+
+
+@pytest.mark.parametrize("name", env_names())
+def test_every_setting_is_documented_in_the_readme(name: str) -> None:
+    assert f"`{name}`" in README, f"{name} is not documented in README.md"
+
+
+def test_every_setting_has_a_description() -> None:
+    for model in (DatabaseSettings, ServerSettings):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+
+
+def test_cli_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_PORT", "9000")
+    monkeypatch.setenv("MCP_TRANSPORT", "stdio")
+    monkeypatch.setenv("PG_DSN", "postgresql://env@/envdb")
+    settings = settings_from_args(
+        parse_args(["--transport", "http", "--port", "8081"]), "postgresql://cli@/clidb"
+    )
+    assert settings.server.transport == "http"
+    assert settings.server.port == 8081
+    assert settings.database.connect_kwargs()["dsn"] == "postgresql://cli@/clidb"
+
+
+def test_environment_applies_where_no_flag_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_PORT", "9000")
+    monkeypatch.setenv("PG_DATABASE", "app")
+    settings = settings_from_args(parse_args([]), None)
+    assert settings.server.port == 9000
+    assert settings.server.host == "127.0.0.1"  # loopback unless told otherwise
+
+
+def test_dsn_takes_precedence_over_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_HOST", "/var/run/postgresql")
+    monkeypatch.setenv("PG_DATABASE", "parts")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://u@h/fromurl")
+    kwargs = Settings.load().database.connect_kwargs()
+    assert kwargs == {"dsn": "postgresql://u@h/fromurl"}
+
+
+def test_parts_with_a_socket_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("PG_DSN", "DATABASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PG_HOST", "/var/run/postgresql")
+    monkeypatch.setenv("PG_DATABASE", "app")
+    monkeypatch.setenv("PG_USER", "reader")
+    monkeypatch.setenv("PG_PASSWORD", "s3cret-value")
+    db = Settings.load().database
+    assert db.connect_kwargs()["host"] == "/var/run/postgresql"
+    assert "s3cret-value" not in repr(db) and "s3cret-value" not in str(db)
+
+
+def test_secrets_are_masked(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("PG_DSN", "postgresql://u:hunter2-secret@h/db")
+    settings = Settings.load()
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("test").info("settings: %s", settings)
+    assert "hunter2-secret" not in caplog.text
+    assert "hunter2-secret" not in repr(settings)
+
+
+def test_missing_database_is_a_clear_start_up_error(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "MCP_PORT": "70000", "PG_PASSWORD": "never-printed"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pg_mcp_server"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""  # stdout belongs to the MCP transport
+    assert "no database configured" in proc.stderr
+    assert "never-printed" not in proc.stderr

@@ -1,0 +1,195 @@
+"""What real databases hold: odd types, quoted names, no primary key, never analyzed, views."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest_asyncio
+from mcpclient import call, call_error, connect
+
+SCHEMA = r"""
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE DOMAIN posint AS integer CHECK (VALUE > 0);
+CREATE SCHEMA "Ünï Schema";
+CREATE TABLE "Ünï Schema"."MixedCase" ("Id" int PRIMARY KEY, "naïve col" text);
+COMMENT ON TABLE "Ünï Schema"."MixedCase" IS 'quoted names everywhere';
+INSERT INTO "Ünï Schema"."MixedCase" VALUES (1, 'ça va');
+CREATE TABLE types_t (
+    id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    big numeric(30, 10), plain numeric, f float8, i8 bigint, ts timestamptz, d date,
+    iv interval, u uuid, b bytea, arr int[], tarr text[], tsv tsvector, j jsonb, js json,
+    e mood, moods mood[], dom posint, r int4range, addr inet, api_token text, m money,
+    code char(3), name varchar(40),
+    doubled int GENERATED ALWAYS AS (dom * 2) STORED,
+    CONSTRAINT types_code_check CHECK (code <> 'XXX')
+);
+INSERT INTO types_t (big, plain, f, i8, ts, d, iv, u, b, arr, tarr, tsv, j, js, e, moods, dom,
+                     r, addr, api_token, m, code, name)
+VALUES (12345678901234567890.1234567890, 'NaN', 'Infinity', 9007199254740993,
+        'infinity', '2024-02-29', '1 mon 2 days 03:04:05', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+        '\xdeadbeef', '{1,2,NULL}', '{"a b","c"}', 'fat:1 rat:2', '{"k": [1, 2.5, null]}',
+        '{"x": 1}', 'happy', '{sad,ok}', 7, '[1,5)', '192.168.0.1/32', 'tok-123', 12.5, 'abc',
+        repeat('z', 40)),
+       (0.5, 1.25, -0.0, -1, '2024-01-01 12:00:00+00', '-infinity', '-1 day', NULL, '', '{}',
+        '{}', '', '[]', 'null', 'sad', '{}', 1, 'empty', '::1', NULL, 0, NULL, NULL);
+CREATE TABLE nopk (a int, note text);
+INSERT INTO nopk VALUES (2, 'two'), (1, 'one'), (3, repeat('long ', 200));
+CREATE VIEW v_types AS SELECT id, e FROM types_t;
+CREATE MATERIALIZED VIEW mv_types AS SELECT id FROM types_t;
+CREATE EXTENSION file_fdw;
+CREATE SERVER files FOREIGN DATA WRAPPER file_fdw;
+CREATE FOREIGN TABLE ft_empty (line text) SERVER files OPTIONS (filename '/dev/null');
+CREATE TABLE big AS SELECT g AS id, md5(g::text) AS h FROM generate_series(1, 60000) g;
+ALTER TABLE big ADD PRIMARY KEY (id);
+ANALYZE big;
+"""
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def edge_dsn(scratch_dsn: str) -> AsyncIterator[str]:
+    conn = await asyncpg.connect(scratch_dsn)
+    try:
+        await conn.execute(SCHEMA)
+    finally:
+        await conn.close()
+    yield scratch_dsn
+
+
+async def test_types_serialize_without_losing_meaning(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        out = await call(client, "get_sample_rows", table_name="types_t")
+    first, second = out["rows"]
+    assert first["big"] == "12345678901234567890.1234567890"  # too precise for a float
+    assert second["big"] == 0.5 and second["plain"] == 1.25
+    assert first["plain"] == "NaN" and first["f"] == "Infinity"
+    assert first["i8"] == 9007199254740993  # bigint beyond 2**53 stays exact
+    assert first["ts"] == "infinity" and second["d"] == "-infinity"
+    assert second["ts"] == "2024-01-01T12:00:00+00:00"
+    assert first["d"] == "2024-02-29"
+    assert first["iv"] == "1 mon 2 days 03:04:05" and second["iv"] == "-1 days"
+    assert first["u"] == "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
+    assert base64.b64decode(first["b"]) == b"\xde\xad\xbe\xef" and second["b"] == ""
+    assert first["arr"] == [1, 2, None] and first["tarr"] == ["a b", "c"]
+    assert first["tsv"] == "'fat':1 'rat':2"
+    assert first["j"] == {"k": [1, 2.5, None]} and first["js"] == {"x": 1}
+    assert first["e"] == "happy" and first["moods"] == ["sad", "ok"]
+    assert first["dom"] == 7 and first["doubled"] == 14
+    assert first["r"] == "[1,5)" and second["r"] == "empty"
+    assert first["addr"] == "192.168.0.1"  # PostgreSQL prints /32 hosts bare too
+    assert first["api_token"] == "[REDACTED]" and second["api_token"] is None
+    assert first["code"] == "abc"
+    assert "bytea values are base64-encoded" in out["note"]
+
+
+async def test_redaction_can_be_turned_off(edge_dsn: str) -> None:
+    async with connect(edge_dsn, redact_sensitive_columns=False) as client:
+        out = await call(client, "get_sample_rows", table_name="types_t", columns=["api_token"])
+    assert out["rows"][0]["api_token"] == "tok-123"
+    assert "redacted" not in out["note"]
+
+
+async def test_describe_reports_types_identity_generated_and_domains(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        out = await call(client, "describe_table", table_name="types_t")
+    cols = {c["name"]: c for c in out["columns"]}
+    assert cols["id"]["is_identity"] and cols["id"]["identity_generation"] == "ALWAYS"
+    assert "* 2" in cols["doubled"]["generation_expression"]
+    assert cols["doubled"]["default_value"] is None
+    assert cols["dom"]["data_type"] == "posint" and cols["dom"]["domain_base_type"] == "integer"
+    assert cols["e"]["enum_values"] == ["sad", "ok", "happy"]
+    assert cols["moods"]["data_type"] == "mood[]" and cols["moods"]["enum_values"]
+    assert (cols["big"]["numeric_precision"], cols["big"]["numeric_scale"]) == (30, 10)
+    assert cols["plain"]["numeric_precision"] is None
+    assert cols["code"]["character_maximum_length"] == 3
+    assert cols["name"]["character_maximum_length"] == 40
+    checks = [c for c in out["constraints"] if c["type"] == "CHECK"]
+    assert [c["name"] for c in checks] == ["types_code_check"]
+    assert checks[0]["columns"] == ["code"]
+
+
+async def test_quoted_non_ascii_names(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        schemas = await call(client, "list_schemas")
+        assert "Ünï Schema" in [s["name"] for s in schemas["schemas"]]
+        tables = await call(client, "list_tables", schema_name="Ünï Schema")
+        assert [t["name"] for t in tables["tables"]] == ["MixedCase"]
+        assert tables["tables"][0]["description"] == "quoted names everywhere"
+        out = await call(client, "describe_table", table_name="MixedCase", schema_name="Ünï Schema")
+        assert [c["name"] for c in out["columns"]] == ["Id", "naïve col"]
+        rows = await call(
+            client,
+            "get_sample_rows",
+            table_name="MixedCase",
+            schema_name="Ünï Schema",
+            where_clause="\"naïve col\" = 'ça va'",
+        )
+        assert rows["rows"] == [{"Id": 1, "naïve col": "ça va"}]
+        body = await call_error(
+            client, "describe_table", table_name="mixedcase", schema_name="Ünï Schema"
+        )
+        assert "'MixedCase'" in body["error"]["suggestion"]
+
+
+async def test_table_without_primary_key_never_analyzed(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        listed = await call(client, "list_tables", name_pattern="nopk")
+        info = listed["tables"][0]
+        assert info["has_primary_key"] is False
+        assert info["estimated_row_count"] >= 0  # reltuples is -1: never reported as such
+        out = await call(client, "get_sample_rows", table_name="nopk")
+    assert out["row_count"] == 3
+    assert "no primary key" in out["note"]
+    assert "text longer than 500 characters is cut" in out["note"]
+    assert any(r["note"].endswith("more characters]") for r in out["rows"])
+
+
+async def test_views_materialized_views_and_foreign_tables(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        listed = await call(client, "list_tables")
+        kinds = {t["name"]: t for t in listed["tables"]}
+        assert kinds["v_types"]["type"] == "view" and kinds["v_types"]["size_bytes"] is None
+        assert kinds["mv_types"]["type"] == "materialized view"
+        assert kinds["ft_empty"]["type"] == "foreign table"
+        assert kinds["ft_empty"]["size_bytes"] is None
+        no_views = await call(client, "list_tables", include_views=False)
+        assert "v_types" not in {t["name"] for t in no_views["tables"]}
+        view = await call(client, "describe_table", table_name="v_types")
+        assert view["type"] == "view" and "FROM types_t" in view["view_definition"]
+        assert view["indexes"] == [] and view["constraints"] == []
+        rows = await call(client, "get_sample_rows", table_name="v_types", randomize=True)
+        assert rows["row_count"] == 2
+        assert (await call(client, "get_sample_rows", table_name="ft_empty"))["rows"] == []
+
+
+async def test_randomized_sample_of_a_large_table_uses_tablesample(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        out = await call(client, "get_sample_rows", table_name="big", limit=7, randomize=True)
+        assert out["row_count"] == 7
+        assert "randomized" in out["note"] and "TABLESAMPLE" in out["note"]
+        assert out["total_table_rows"] == 60000
+        filtered = await call(
+            client,
+            "get_sample_rows",
+            table_name="big",
+            limit=5,
+            randomize=True,
+            where_clause="id < 20",
+        )
+        # A selective filter defeats the block sample; the full scan still finds the rows.
+        assert filtered["row_count"] == 5
+        assert all(r["id"] < 20 for r in filtered["rows"])
+
+
+async def test_leave_out_indexes_and_constraints(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        out = await call(
+            client,
+            "describe_table",
+            table_name="big",
+            include_indexes=False,
+            include_constraints=False,
+        )
+    assert out["indexes"] is None and out["constraints"] is None
+    assert [c["name"] for c in out["columns"]] == ["id", "h"]

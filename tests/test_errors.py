@@ -1,0 +1,193 @@
+"""Bad input gets a PRD error code with a suggestion; the database is left exactly as it was."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from mcpclient import call, call_error, connect
+
+CANARY = """
+CREATE TABLE canary (id serial PRIMARY KEY, secret_note text, body text);
+INSERT INTO canary (secret_note, body) SELECT 'n' || g, 'row ' || g FROM generate_series(1, 50) g;
+CREATE TABLE orders (id int PRIMARY KEY, status text);
+CREATE TABLE order_items (id int PRIMARY KEY);
+ANALYZE;
+"""
+
+STATE = """
+SELECT (SELECT count(*) FROM canary) AS rows,
+       (SELECT md5(string_agg(id || secret_note || body, ',' ORDER BY id)) FROM canary) AS digest,
+       (SELECT last_value FROM canary_id_seq) AS seq,
+       (SELECT count(*) FROM pg_class) AS relations,
+       (SELECT count(*) FROM pg_largeobject_metadata) AS large_objects,
+       (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory') AS advisory_locks,
+       (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+           AND state = 'idle in transaction') AS idle_in_tx
+"""
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def canary_dsn(scratch_dsn: str) -> AsyncIterator[str]:
+    conn = await asyncpg.connect(scratch_dsn)
+    try:
+        await conn.execute(CANARY)
+    finally:
+        await conn.close()
+    yield scratch_dsn
+
+
+async def state(dsn: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        row = await conn.fetchrow(STATE)
+        assert row is not None
+        return dict(row)
+    finally:
+        await conn.close()
+
+
+HOSTILE_WHERE = [
+    ("1=1; DELETE FROM canary", {"WRITE_OPERATION_DENIED", "INVALID_SQL"}),
+    ("1=1) UNION SELECT 1, 'x', 'y' FROM canary --", {"WRITE_OPERATION_DENIED", "INVALID_SQL"}),
+    ("true) UNION (SELECT 1, 'x', 'y'", {"WRITE_OPERATION_DENIED"}),
+    ("true) ORDER BY (1", {"WRITE_OPERATION_DENIED"}),
+    ("true) LIMIT (1", {"WRITE_OPERATION_DENIED"}),
+    ("true) GROUP BY (id", {"WRITE_OPERATION_DENIED"}),
+    ("true) FOR UPDATE --", {"WRITE_OPERATION_DENIED", "INVALID_SQL"}),
+    ("id IN (SELECT id FROM canary FOR UPDATE)", {"WRITE_OPERATION_DENIED"}),
+    (
+        "EXISTS (WITH d AS (DELETE FROM canary RETURNING 1) SELECT 1 FROM d)",
+        {"WRITE_OPERATION_DENIED"},
+    ),
+    ("nextval('canary_id_seq') > 0", {"WRITE_OPERATION_DENIED"}),
+    ("setval('canary_id_seq', 1000) > 0", {"WRITE_OPERATION_DENIED"}),
+    ("set_config('statement_timeout', '1', false) IS NOT NULL", {"WRITE_OPERATION_DENIED"}),
+    ("pg_advisory_lock(42) IS NOT NULL", {"WRITE_OPERATION_DENIED"}),
+    ("lo_import('/etc/passwd') > 0", {"WRITE_OPERATION_DENIED"}),
+    ("length(pg_read_file('/etc/passwd')) > 0", {"WRITE_OPERATION_DENIED"}),
+    ("(SELECT count(*) FROM pg_ls_dir('.')) > 0", {"WRITE_OPERATION_DENIED"}),
+    ("pg_notify('x', 'y') IS NULL", {"WRITE_OPERATION_DENIED"}),
+    ("pg_terminate_backend(pg_backend_pid())", {"WRITE_OPERATION_DENIED"}),
+    ("query_to_xml('delete from canary', true, true, '') IS NOT NULL", {"WRITE_OPERATION_DENIED"}),
+    ("true /* DROP TABLE canary */", {"WRITE_OPERATION_DENIED"}),
+    ("true -- ; DELETE FROM canary", {"WRITE_OPERATION_DENIED"}),
+    ("no_such_column = 1", {"COLUMN_NOT_FOUND"}),
+    ("id = ", {"INVALID_SQL"}),
+    ("", {"INVALID_SQL"}),
+    ("'unterminated", {"INVALID_SQL"}),
+]
+
+
+@pytest.mark.parametrize(("clause", "codes"), HOSTILE_WHERE)
+async def test_hostile_where_clause_is_refused_and_nothing_changes(
+    canary_dsn: str, clause: str, codes: set[str]
+) -> None:
+    before = await state(canary_dsn)
+    async with connect(canary_dsn) as client:
+        if clause == "":
+            # An empty clause means "no filter"; whitespace with a comment must still parse.
+            body = await call_error(
+                client, "get_sample_rows", table_name="canary", where_clause="/* */ ;"
+            )
+        else:
+            body = await call_error(
+                client, "get_sample_rows", table_name="canary", where_clause=clause
+            )
+        assert body["error"]["code"] in codes, body
+        # The server keeps serving after the refusal.
+        assert (await call(client, "get_sample_rows", table_name="canary", limit=1))["rows"]
+    assert await state(canary_dsn) == before
+
+
+async def test_legitimate_where_clauses_work(canary_dsn: str) -> None:
+    async with connect(canary_dsn) as client:
+        for clause, expected in [
+            ("id <= 3", 3),
+            ("body LIKE 'row 1%' AND id > 10", 9),
+            ("body = 'DELETE FROM canary; DROP TABLE canary'", 0),  # keywords in a string
+            ("id IN (SELECT id FROM canary WHERE id % 10 = 0)", 5),
+            ("lower(body) ~ '^row [0-9]$'", 9),
+            ("id = 1 -- a plain comment", 1),
+        ]:
+            out = await call(
+                client, "get_sample_rows", table_name="canary", where_clause=clause, limit=100
+            )
+            assert out["row_count"] == expected, clause
+            assert "filtered by where_clause" in out["note"]
+
+
+async def test_unknown_names_suggest_the_closest(canary_dsn: str) -> None:
+    async with connect(canary_dsn) as client:
+        body = await call_error(client, "describe_table", table_name="order")
+        assert body["error"]["code"] == "TABLE_NOT_FOUND"
+        assert body["error"]["suggestion"].startswith("Did you mean 'orders'")
+        assert body["error"]["context"]["similar_tables"][0] == "orders"
+        assert body["input_received"] == {"table_name": "order"}
+
+        body = await call_error(client, "list_tables", schema_name="pubic")
+        assert body["error"]["code"] == "SCHEMA_NOT_FOUND"
+        assert "Did you mean 'public'" in body["error"]["suggestion"]
+
+        body = await call_error(client, "describe_table", table_name="canary", schema_name="x")
+        assert body["error"]["code"] == "SCHEMA_NOT_FOUND"
+
+        body = await call_error(
+            client, "get_sample_rows", table_name="canary", columns=["id", "bdy"]
+        )
+        assert body["error"]["code"] == "COLUMN_NOT_FOUND"
+        assert "Did you mean 'body'" in body["error"]["suggestion"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "parameter"),
+    [
+        ("get_sample_rows", {"table_name": "canary", "limit": 0}, "limit"),
+        ("get_sample_rows", {"table_name": "canary", "limit": 1000}, "limit"),
+        ("get_sample_rows", {"table_name": "canary", "limit": "many"}, "limit"),
+        ("get_sample_rows", {"table_name": "canary", "columns": "id"}, "columns"),
+        ("get_sample_rows", {"limit": 3}, "table_name"),
+        ("describe_table", {"table_name": ["canary"]}, "table_name"),
+        ("list_schemas", {"include_system": "perhaps"}, "include_system"),
+        ("list_tables", {"include_views": {"a": 1}}, "include_views"),
+    ],
+)
+async def test_wrong_parameters_are_parameter_errors(
+    canary_dsn: str, tool: str, arguments: dict[str, Any], parameter: str
+) -> None:
+    async with connect(canary_dsn) as client:
+        body = await call_error(client, tool, **arguments)
+    assert body["error"]["code"] == "PARAMETER_ERROR"
+    assert body["error"]["context"]["errors"][0]["parameter"] == parameter
+    assert parameter in body["error"]["message"]
+
+
+async def test_unreachable_database_is_a_connection_error_and_the_server_lives(
+    tmp_path: Any,
+) -> None:
+    dsn = f"postgresql://nobody:pw-not-shown@/nowhere?host={tmp_path}&port=5999"
+    async with connect(dsn) as client:
+        for _ in range(2):
+            body = await call_error(client, "list_schemas")
+            assert body["error"]["code"] == "CONNECTION_ERROR"
+            text = str(body)
+            assert "pw-not-shown" not in text and str(tmp_path) not in text
+
+
+async def test_lost_connections_are_replaced(canary_dsn: str) -> None:
+    async with connect(canary_dsn) as client:
+        assert (await call(client, "list_schemas"))["total_count"] >= 1
+        admin = await asyncpg.connect(canary_dsn)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'pg-mcp-server'"
+            )
+        finally:
+            await admin.close()
+        assert killed >= 1
+        # The pool's pre-ping notices the dead connection and opens a new one.
+        assert (await call(client, "list_schemas"))["total_count"] >= 1
