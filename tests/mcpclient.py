@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from mcp import Client
 
 from pg_mcp_server.config import Settings
@@ -42,3 +43,22 @@ async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, A
     assert set(body["error"]) == {"code", "message", "suggestion", "context"}
     assert body["error"]["suggestion"], "every error carries a suggestion"
     return body
+
+
+async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """Rows from a direct (non-MCP) connection: the tests' own view of the database."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
+        return rows
+    finally:
+        await conn.close()
+
+
+async def execute(dsn: str, script: str) -> None:
+    """Run a setup script (several statements) on a direct connection."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(script)
+    finally:
+        await conn.close()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest_asyncio
-from mcpclient import call, call_error, connect
+from mcpclient import call, call_error, connect, execute
 
 SCHEMA = r"""
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -49,11 +48,7 @@ ANALYZE big;
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def edge_dsn(scratch_dsn: str) -> AsyncIterator[str]:
-    conn = await asyncpg.connect(scratch_dsn)
-    try:
-        await conn.execute(SCHEMA)
-    finally:
-        await conn.close()
+    await execute(scratch_dsn, SCHEMA)
     yield scratch_dsn
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
-from mcpclient import call, call_error, connect
+from mcpclient import call, call_error, connect, execute, fetch
 
 CANARY = """
 CREATE TABLE canary (id serial PRIMARY KEY, secret_note text, body text);
@@ -32,22 +32,13 @@ SELECT (SELECT count(*) FROM canary) AS rows,
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def canary_dsn(scratch_dsn: str) -> AsyncIterator[str]:
-    conn = await asyncpg.connect(scratch_dsn)
-    try:
-        await conn.execute(CANARY)
-    finally:
-        await conn.close()
+    await execute(scratch_dsn, CANARY)
     yield scratch_dsn
 
 
 async def state(dsn: str) -> dict[str, Any]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        row = await conn.fetchrow(STATE)
-        assert row is not None
-        return dict(row)
-    finally:
-        await conn.close()
+    (row,) = await fetch(dsn, STATE)
+    return dict(row)
 
 
 HOSTILE_WHERE = [

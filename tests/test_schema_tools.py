@@ -7,11 +7,10 @@ SQL, so a wrong join in the server shows up as a mismatch.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import asyncpg
 import pytest
-from mcpclient import call, connect
+from mcpclient import call, connect, fetch
 
 from pg_mcp_server.models.schema import (
     DescribeTableOutput,
@@ -52,15 +51,6 @@ FROM pg_index i WHERE i.indrelid = to_regclass($1)
 
 def qualified(schema: str, name: str) -> str:
     return '"' + schema.replace('"', '""') + '"."' + name.replace('"', '""') + '"'
-
-
-async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
-        return rows
-    finally:
-        await conn.close()
 
 
 @pytest.mark.parametrize("name", DATASETS)
