@@ -97,3 +97,10 @@ def test_missing_database_is_a_clear_start_up_error(tmp_path: Path) -> None:
     assert proc.stdout == ""  # stdout belongs to the MCP transport
     assert "no database configured" in proc.stderr
     assert "never-printed" not in proc.stderr
+
+
+def test_unrelated_variables_do_not_break_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE", "prod")
+    monkeypatch.setenv("SERVER", "web-1")
+    settings = Settings.load(database={"dsn": "postgresql://u@h/db"})
+    assert settings.server.port == 8080

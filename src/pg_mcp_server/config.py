@@ -11,7 +11,7 @@ import re
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 APPLICATION_NAME = "pg-mcp-server"
 
@@ -146,6 +146,19 @@ class Settings(BaseSettings):
     """Root settings combining all configuration."""
 
     model_config = SettingsConfigDict(extra="ignore")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The groups read PG_* / MCP_* themselves; the root must not parse unrelated variables
+        # such as DATABASE or SERVER (common in deployment environments) as JSON.
+        return (init_settings,)
 
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
