@@ -24,7 +24,14 @@ async def test_stdio_session_against_a_database(demo_dsn: str) -> None:
         assert client.server_info.name == "pg-mcp-server"
         assert client.instructions and "read-only" in client.instructions
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"list_schemas", "list_tables", "describe_table", "get_sample_rows"}
+        assert set(tools) == {
+            "list_schemas",
+            "list_tables",
+            "describe_table",
+            "get_sample_rows",
+            "get_foreign_keys",
+            "find_join_path",
+        }
         for tool in tools.values():
             assert tool.output_schema is not None
             assert tool.annotations is not None and tool.annotations.read_only_hint
@@ -41,7 +48,7 @@ async def test_stdio_session_against_a_database(demo_dsn: str) -> None:
 async def test_demo_mode_over_stdio() -> None:
     async with Client(params("--demo")) as client:
         tools = (await client.list_tools()).tools
-        assert len(tools) == 4
+        assert len(tools) == 6
         listed = await call(client, "list_tables")
         names = {t["name"] for t in listed["tables"]}
         assert {"users", "addresses", "orders", "order_items", "payments"} <= names
@@ -51,3 +58,5 @@ async def test_demo_mode_over_stdio() -> None:
         orders = await call(client, "describe_table", table_name="orders")
         assert orders["description"]
         assert any(c["enum_values"] for c in orders["columns"])
+        path = await call(client, "find_join_path", from_table="payments", to_table="users")
+        assert path["paths"][0]["depth"] >= 1

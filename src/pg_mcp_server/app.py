@@ -11,6 +11,7 @@ from mcp.server.mcpserver import Context
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import FunctionSafety
+from pg_mcp_server.database.joinpaths import GraphCache
 
 
 @dataclass
@@ -18,6 +19,7 @@ class AppContext:
     settings: Settings
     db: Database
     safety: FunctionSafety = field(default_factory=FunctionSafety)
+    graph: GraphCache = field(default_factory=GraphCache)
     sensitive: re.Pattern[str] | None = None
 
 

@@ -13,6 +13,7 @@ from pg_mcp_server.app import AppContext
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.tools.registry import PgTool
+from pg_mcp_server.tools.relationship_tools import relationship_tools
 from pg_mcp_server.tools.schema_tools import schema_tools
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,8 @@ logger = logging.getLogger(__name__)
 INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
 1. Discover: list_schemas -> list_tables(schema_name) -> describe_table(table_name) for exact
    column names, types, keys and enum values; get_sample_rows to see real values and formats.
-2. Relate: foreign keys in describe_table show how tables join.
+2. Relate: get_foreign_keys(table) shows a table's keys both ways; find_join_path(a, b) gives
+   the shortest foreign-key route between two tables with a JOIN clause that runs as-is.
 3. Query: only read-only SQL runs; anything that writes, locks or changes settings is refused.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
 (for example TABLE_NOT_FOUND with the closest names): follow the suggestion."""
@@ -34,7 +36,8 @@ def _version() -> str:
 
 
 def all_tools(settings: Settings) -> list[PgTool]:
-    return [*schema_tools(settings.database.default_schema)]
+    schema = settings.database.default_schema
+    return [*schema_tools(schema), *relationship_tools(schema)]
 
 
 def build_server(settings: Settings) -> MCPServer[AppContext]:

@@ -1,0 +1,234 @@
+"""find_join_path: shortest foreign-key paths between two tables, and JOIN SQL that runs.
+
+The graph (tables as nodes, each foreign key an edge walkable both ways) is built once per
+catalog fingerprint and cached. A search computes breadth-first distances from the goal, then
+enumerates simple paths from the start, pruning any branch that can no longer reach the goal
+within `max_depth`; it stops counting at `PATH_CAP` so a dense schema cannot explode.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+
+import asyncpg
+from pglast.keywords import COL_NAME_KEYWORDS, RESERVED_KEYWORDS, TYPE_FUNC_NAME_KEYWORDS
+
+from pg_mcp_server.database import catalog
+from pg_mcp_server.database.relationships import GRAPH, ForeignKey
+from pg_mcp_server.errors import PathNotFoundError
+
+PATH_CAP = 1000
+MAX_DEPTH = 6  # PRD: max_depth is 1..6
+_KEYWORDS = RESERVED_KEYWORDS | TYPE_FUNC_NAME_KEYWORDS | COL_NAME_KEYWORDS
+_PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def ident(name: str) -> str:
+    """Quote only when needed, so examples stay readable and still run as-is."""
+    if _PLAIN.match(name) and name not in _KEYWORDS:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A foreign key walked in one direction."""
+
+    key: ForeignKey
+    forward: bool  # from the referencing table to the referenced one
+
+    @property
+    def start(self) -> int:
+        return self.key.from_oid if self.forward else self.key.to_oid
+
+    @property
+    def end(self) -> int:
+        return self.key.to_oid if self.forward else self.key.from_oid
+
+    @property
+    def start_columns(self) -> tuple[str, ...]:
+        return self.key.from_columns if self.forward else self.key.to_columns
+
+    @property
+    def end_columns(self) -> tuple[str, ...]:
+        return self.key.to_columns if self.forward else self.key.from_columns
+
+    @property
+    def always_matches(self) -> bool:
+        """Walking to the referenced table over NOT NULL key columns, every row has a match;
+        a nullable key, or walking to the referencing side, may find none."""
+        return self.forward and self.key.not_null
+
+
+Path = list[Edge]
+
+
+def join_types(path: Path) -> list[str]:
+    """INNER while every row is sure to match; LEFT from the first step that may not, and
+    LEFT after it too, since a later INNER JOIN would drop the rows the LEFT JOIN kept."""
+    types: list[str] = []
+    outer = False
+    for edge in path:
+        outer = outer or not edge.always_matches
+        types.append("LEFT JOIN" if outer else "INNER JOIN")
+    return types
+
+
+class Graph:
+    def __init__(self, keys: list[ForeignKey]) -> None:
+        self.names: dict[int, tuple[str, str]] = {}
+        adjacency: dict[int, list[Edge]] = defaultdict(list)
+        for key in keys:
+            self.names[key.from_oid] = (key.from_schema, key.from_table)
+            self.names[key.to_oid] = (key.to_schema, key.to_table)
+            if key.from_oid == key.to_oid:
+                continue  # a self-reference never shortens a path between two tables
+            adjacency[key.from_oid].append(Edge(key, True))
+            adjacency[key.to_oid].append(Edge(key, False))
+        self.adjacency = {
+            oid: sorted(edges, key=lambda e: (self.names[e.end], e.key.constraint_name))
+            for oid, edges in adjacency.items()
+        }
+
+    def distances(self, origin: int, limit: int | None = None) -> dict[int, int]:
+        dist = {origin: 0}
+        queue = deque([origin])
+        while queue:
+            node = queue.popleft()
+            if limit is not None and dist[node] >= limit:
+                continue
+            for edge in self.adjacency.get(node, ()):
+                if edge.end not in dist:
+                    dist[edge.end] = dist[node] + 1
+                    queue.append(edge.end)
+        return dist
+
+    def paths(self, start: int, goal: int, max_depth: int) -> tuple[list[Path], bool]:
+        """Simple paths of at most `max_depth` edges, shortest first; True if capped."""
+        if start == goal:
+            return [[]], False
+        to_goal = self.distances(goal, max_depth)
+        if to_goal.get(start, max_depth + 1) > max_depth:
+            return [], False
+        found: list[Path] = []
+        path: Path = []
+        visited = {start}
+
+        def walk(node: int) -> bool:
+            budget = max_depth - len(path) - 1
+            for edge in self.adjacency.get(node, ()):
+                nxt = edge.end
+                if nxt in visited or to_goal.get(nxt, max_depth + 1) > budget:
+                    continue
+                path.append(edge)
+                if nxt == goal:
+                    found.append(list(path))
+                else:
+                    visited.add(nxt)
+                    stop = walk(nxt)
+                    visited.discard(nxt)
+                    if stop:
+                        return True
+                path.pop()
+                if len(found) >= PATH_CAP:
+                    return True
+            return False
+
+        capped = walk(start)
+        found.sort(key=lambda p: (len(p), [(self.names[e.end], e.key.constraint_name) for e in p]))
+        return found, capped
+
+    def neighbours(self, origin: int, limit: int = 8) -> list[str]:
+        """Names of the nearest related tables, for suggestions."""
+        dist = self.distances(origin)
+        near = sorted((d, self.names[o]) for o, d in dist.items() if o != origin)
+        return [f"{s}.{t}" for _, (s, t) in near[:limit]]
+
+
+@dataclass
+class GraphCache:
+    """The foreign-key graph, rebuilt only when the catalog fingerprint changes."""
+
+    fingerprint: str | None = None
+    graph: Graph = field(default_factory=lambda: Graph([]))
+
+    async def load(
+        self, conn: asyncpg.Connection, start: tuple[str, str], goal: tuple[str, str]
+    ) -> tuple[Graph, int, int]:
+        """The graph and the oids of both ends (one statement); TABLE_NOT_FOUND if missing."""
+        row = await conn.fetchrow(GRAPH, self.fingerprint, *start, *goal)
+        assert row is not None
+        for end, oid in ((start, row["from_oid"]), (goal, row["to_oid"])):
+            if oid is None:
+                raise await catalog.missing_table(conn, *end)
+        if row["keys"] is not None:
+            self.graph = Graph([ForeignKey.from_json(k) for k in row["keys"]])
+            self.fingerprint = row["fingerprint"]
+        return self.graph, int(row["from_oid"]), int(row["to_oid"])
+
+
+class Aliases:
+    """Short, unique, keyword-free aliases: order_items -> oi, orders -> o, then o2 ..."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def take(self, table: str) -> str:
+        words = re.findall(r"[a-z]+", re.sub(r"([a-z])([A-Z])", r"\1_\2", table).lower())
+        base = "".join(w[0] for w in words) or "t"
+        alias, n = base, 1
+        while alias in self.used or alias in _KEYWORDS or alias in RESERVED_KEYWORDS:
+            n += 1
+            alias = f"{base}{n}"
+        self.used.add(alias)
+        return alias
+
+
+def join_sql(graph: Graph, start: tuple[str, str], path: Path) -> str:
+    """`FROM a x JOIN b y ON ... ` for the path, every column pair of composite keys joined."""
+    aliases = Aliases()
+    schema, table = start
+    previous = aliases.take(table)
+    parts = [f"FROM {ident(schema)}.{ident(table)} {previous}"]
+    for edge, join in zip(path, join_types(path), strict=True):
+        schema, table = graph.names[edge.end]
+        alias = aliases.take(table)
+        on = " AND ".join(
+            f"{previous}.{ident(a)} = {alias}.{ident(b)}"
+            for a, b in zip(edge.start_columns, edge.end_columns, strict=True)
+        )
+        parts.append(f"{join} {ident(schema)}.{ident(table)} {alias} ON {on}")
+        previous = alias
+    return " ".join(parts)
+
+
+def no_path(
+    graph: Graph, start: int, goal: int, names: tuple[str, str], max_depth: int
+) -> PathNotFoundError:
+    """PATH_NOT_FOUND, saying what would help: a larger max_depth, or what each side reaches."""
+    origin, target = names
+    dist = graph.distances(start).get(goal)
+    context: dict[str, object] = {"max_depth": max_depth}
+    related: tuple[list[str], list[str]] = (graph.neighbours(start), graph.neighbours(goal))
+    if dist is not None:
+        context["shortest_depth"] = dist
+        if dist <= MAX_DEPTH:
+            suggestion = f"A path with {dist} joins exists: call again with max_depth={dist}."
+        else:
+            suggestion = (
+                f"The shortest path needs {dist} joins (more than {MAX_DEPTH}); go through an "
+                "intermediate table with two find_join_path calls."
+            )
+        message = f"No foreign-key path of at most {max_depth} joins from {origin} to {target}"
+    else:
+        context["from_related"], context["to_related"] = related
+        suggestion = (
+            "The tables are not connected by foreign keys. "
+            f"{origin} relates to: {', '.join(related[0]) or 'no table'}; "
+            f"{target} relates to: {', '.join(related[1]) or 'no table'}. "
+            "They may still join on other columns: compare them with describe_table."
+        )
+        message = f"No foreign-key path connects {origin} and {target}"
+    return PathNotFoundError(message, suggestion=suggestion, context=context)

@@ -1,0 +1,148 @@
+"""Foreign keys from `pg_constraint`, and the cached foreign-key graph.
+
+Column pairs come from unnesting `conkey`/`confkey` together WITH ORDINALITY, so composite keys
+keep their order (the information_schema join in the PRD mis-pairs them). Keys declared on
+partitions are reported on the partitioned root; keys cloned from a parent's own key
+(`conparentid <> 0`) are skipped so nothing is listed twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.database import catalog
+
+_FK_ACTION = """CASE {a} WHEN 'a' THEN 'NO ACTION' WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE'
+    WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' END"""
+
+# One row per foreign key, partitions folded onto their root; `{where}` narrows it.
+FK_ROWS = f"""
+SELECT DISTINCT ON (src.oid, dst.oid, from_columns, to_columns)
+       k.conname AS constraint_name,
+       sn.nspname AS from_schema, src.relname AS from_table, src.oid::bigint AS from_oid,
+       dn.nspname AS to_schema, dst.relname AS to_table, dst.oid::bigint AS to_oid,
+       ARRAY(SELECT a.attname FROM unnest(k.conkey) WITH ORDINALITY AS u(n, o)
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
+             ORDER BY u.o) AS from_columns,
+       ARRAY(SELECT a.attname FROM unnest(k.confkey) WITH ORDINALITY AS u(n, o)
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.n
+             ORDER BY u.o) AS to_columns,
+       {_FK_ACTION.format(a="k.confupdtype")} AS on_update,
+       {_FK_ACTION.format(a="k.confdeltype")} AS on_delete,
+       NOT EXISTS (SELECT 1 FROM unnest(k.conkey) AS u(n)
+                   JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
+                   WHERE NOT a.attnotnull) AS not_null
+FROM pg_catalog.pg_constraint k
+JOIN pg_catalog.pg_class src
+  ON src.oid = coalesce(pg_catalog.pg_partition_root(k.conrelid), k.conrelid)
+JOIN pg_catalog.pg_namespace sn ON sn.oid = src.relnamespace
+JOIN pg_catalog.pg_class dst
+  ON dst.oid = coalesce(pg_catalog.pg_partition_root(k.confrelid), k.confrelid)
+JOIN pg_catalog.pg_namespace dn ON dn.oid = dst.relnamespace
+WHERE k.contype = 'f' AND k.conparentid = 0 {{where}}
+ORDER BY src.oid, dst.oid, from_columns, to_columns, k.conname
+"""
+
+_MEMBERS = """
+    (SELECT t.relid FROM pg_catalog.pg_class c
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     CROSS JOIN LATERAL pg_catalog.pg_partition_tree(c.oid) t
+     WHERE n.nspname = $1 AND c.relname = $2
+     UNION ALL
+     SELECT c.oid FROM pg_catalog.pg_class c
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = $1 AND c.relname = $2)"""
+
+# The table's own keys and the keys pointing at it (or at any of its partitions).
+FOREIGN_KEYS_OF = f"""
+WITH fk AS ({FK_ROWS.format(where=f"AND (k.conrelid IN {_MEMBERS} OR k.confrelid IN {_MEMBERS})")})
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = $1 AND c.relname = $2
+                 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')) AS found,
+       coalesce((SELECT json_agg(fk ORDER BY fk.constraint_name) FROM fk), '[]') AS keys
+"""
+
+# A fingerprint of everything the graph is made of. xmin changes whenever a row is inserted or
+# replaced (ANALYZE/VACUUM update pg_class in place, which keeps it), and the counts catch
+# deletions, so any DDL that adds, drops or renames a key, table, column or schema shows.
+_FINGERPRINT = """
+    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0)
+     FROM pg_catalog.pg_constraint WHERE contype = 'f')
+    || '/' || (SELECT count(*) || ':' || sum(xmin::text::bigint) FROM pg_catalog.pg_class)
+    || '/' || (SELECT count(*) || ':' || sum(xmin::text::bigint) FROM pg_catalog.pg_attribute)
+    || '/' || (SELECT count(*) || ':' || sum(xmin::text::bigint) FROM pg_catalog.pg_namespace)"""
+
+_OID = """(SELECT c.oid FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = ${s} AND c.relname = ${t} AND c.relkind IN ('r', 'p', 'v', 'm', 'f'))"""
+
+# One round trip: the two tables' oids, the fingerprint, and the whole graph only when the
+# fingerprint differs from the cached one ($1).
+GRAPH = f"""
+WITH fp AS (SELECT {_FINGERPRINT} AS fingerprint)
+SELECT fp.fingerprint,
+       {_OID.format(s=2, t=3)} AS from_oid,
+       {_OID.format(s=4, t=5)} AS to_oid,
+       CASE WHEN fp.fingerprint IS DISTINCT FROM $1 THEN
+           (SELECT coalesce(json_agg(fk), '[]') FROM ({FK_ROWS.format(where="")}) fk)
+       END AS keys
+FROM fp
+"""
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    constraint_name: str
+    from_schema: str
+    from_table: str
+    from_oid: int
+    to_schema: str
+    to_table: str
+    to_oid: int
+    from_columns: tuple[str, ...]
+    to_columns: tuple[str, ...]
+    on_update: str
+    on_delete: str
+    not_null: bool
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> ForeignKey:
+        return cls(
+            **{
+                **row,
+                "from_columns": tuple(row["from_columns"]),
+                "to_columns": tuple(row["to_columns"]),
+            }
+        )
+
+    def relation(self) -> dict[str, Any]:
+        """The PRD ForeignKeyRelation fields."""
+        return {
+            "constraint_name": self.constraint_name,
+            "from_schema": self.from_schema,
+            "from_table": self.from_table,
+            "from_columns": list(self.from_columns),
+            "to_schema": self.to_schema,
+            "to_table": self.to_table,
+            "to_columns": list(self.to_columns),
+            "on_update": self.on_update,
+            "on_delete": self.on_delete,
+        }
+
+
+async def foreign_keys_of(
+    conn: asyncpg.Connection, schema: str, table: str
+) -> tuple[list[ForeignKey], list[ForeignKey]]:
+    """Outgoing and incoming keys of a table (one statement); TABLE_NOT_FOUND if none such."""
+    row = await conn.fetchrow(FOREIGN_KEYS_OF, schema, table)
+    assert row is not None
+    if not row["found"]:
+        raise await catalog.missing_table(conn, schema, table)
+    keys = [ForeignKey.from_json(k) for k in row["keys"]]
+    outgoing = [k for k in keys if (k.from_schema, k.from_table) == (schema, table)]
+    incoming = [k for k in keys if (k.to_schema, k.to_table) == (schema, table)]
+    return outgoing, incoming
