@@ -9,6 +9,16 @@ from pathlib import Path
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error
 
+ALL_TOOLS = {
+    "list_schemas",
+    "list_tables",
+    "describe_table",
+    "get_sample_rows",
+    "get_foreign_keys",
+    "find_join_path",
+    "execute_query",
+    "explain_query",
+}
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 
 
@@ -24,14 +34,7 @@ async def test_stdio_session_against_a_database(demo_dsn: str) -> None:
         assert client.server_info.name == "pg-mcp-server"
         assert client.instructions and "read-only" in client.instructions
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {
-            "list_schemas",
-            "list_tables",
-            "describe_table",
-            "get_sample_rows",
-            "get_foreign_keys",
-            "find_join_path",
-        }
+        assert set(tools) == ALL_TOOLS
         for tool in tools.values():
             assert tool.output_schema is not None
             assert tool.annotations is not None and tool.annotations.read_only_hint
@@ -48,7 +51,7 @@ async def test_stdio_session_against_a_database(demo_dsn: str) -> None:
 async def test_demo_mode_over_stdio() -> None:
     async with Client(params("--demo")) as client:
         tools = (await client.list_tools()).tools
-        assert len(tools) == 6
+        assert {t.name for t in tools} == ALL_TOOLS
         listed = await call(client, "list_tables")
         names = {t["name"] for t in listed["tables"]}
         assert {"users", "addresses", "orders", "order_items", "payments"} <= names
@@ -60,3 +63,9 @@ async def test_demo_mode_over_stdio() -> None:
         assert any(c["enum_values"] for c in orders["columns"])
         path = await call(client, "find_join_path", from_table="payments", to_table="users")
         assert path["paths"][0]["depth"] >= 1
+        counted = await call(
+            client, "execute_query", sql="SELECT count(*) AS n " + path["paths"][0]["sql_example"]
+        )
+        assert counted["rows"][0]["n"] > 0
+        # The demo serves through a read-only role: the start-up audit has nothing to report.
+        assert client.instructions and "more rights than reading" not in client.instructions

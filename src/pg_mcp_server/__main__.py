@@ -96,6 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             configure_logging(settings.server.log_level, settings.server.log_format)
             run(settings)
+    except RefusedToStart as exc:
+        print(f"pg-mcp-server: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         pass
     return 0
@@ -110,10 +113,42 @@ def _explain(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+async def preflight(settings: Settings) -> list[str]:
+    """Audit the role before serving (see database/audit.py); an unreachable database is
+    only logged: the server starts and reports CONNECTION_ERROR until it is back."""
+    from pg_mcp_server.database.audit import audit_role
+    from pg_mcp_server.database.engine import Database
+    from pg_mcp_server.errors import PgMcpError
+
+    log = logging.getLogger("pg_mcp_server")
+    db = Database(settings.database)
+    try:
+        found = await audit_role(db)
+    except PgMcpError as exc:
+        log.warning("database not reachable at start-up (%s): %s", exc.code, exc.message)
+        return []
+    finally:
+        await db.dispose()
+    for line in found:
+        log.warning("privilege audit: %s; use a read-only role (see README)", line)
+    return found
+
+
+class RefusedToStart(Exception):
+    pass
+
+
 def run(settings: Settings) -> None:
+    import asyncio
+
     from pg_mcp_server.server import build_server
 
-    server = build_server(settings)
+    role_warnings = asyncio.run(preflight(settings))
+    if role_warnings and settings.server.require_read_only_role:
+        raise RefusedToStart(
+            "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(role_warnings)
+        )
+    server = build_server(settings, role_warnings)
     log = logging.getLogger("pg_mcp_server")
     if settings.server.transport == "stdio":
         log.info("serving over stdio")

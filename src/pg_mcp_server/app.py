@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.guard import FunctionSafety
+from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.joinpaths import GraphCache
 
 
@@ -18,7 +18,7 @@ from pg_mcp_server.database.joinpaths import GraphCache
 class AppContext:
     settings: Settings
     db: Database
-    safety: FunctionSafety = field(default_factory=FunctionSafety)
+    guard: SqlGuard = field(default_factory=SqlGuard)
     graph: GraphCache = field(default_factory=GraphCache)
     sensitive: re.Pattern[str] | None = None
 

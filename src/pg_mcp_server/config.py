@@ -122,6 +122,29 @@ class ServerSettings(BaseSettings):
         description="Case-insensitive regular expression naming sensitive columns",
     )
 
+    block_keywords_in_comments: bool = Field(
+        default=True,
+        description="Refuse SQL whose comments contain write or session keywords (PRD 8.1)",
+    )
+    max_rows: int = Field(
+        default=10000,
+        ge=1,
+        le=10000,
+        description="Most rows execute_query returns in one call; callers may ask for fewer",
+    )
+    max_result_bytes: int = Field(
+        default=1_000_000,
+        ge=1024,
+        description="Most bytes of row JSON execute_query returns; further rows are cut",
+    )
+    require_read_only_role: bool = Field(
+        default=False,
+        description=(
+            "Refuse to start when the database role is a superuser, can write to tables or "
+            "holds file/program privileges (otherwise only warn)"
+        ),
+    )
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:

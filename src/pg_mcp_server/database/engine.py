@@ -25,6 +25,7 @@ from pg_mcp_server.errors import (
     ColumnNotFoundError,
     DatabaseConnectionError,
     InvalidSqlError,
+    ParameterError,
     PermissionDeniedError,
     PgMcpError,
     QueryTimeoutError,
@@ -37,7 +38,9 @@ logger = logging.getLogger(__name__)
 # Our own constant text, never user SQL, so the simple protocol's multi-statement message is
 # fine here: it saves a round trip per call.
 _BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
-_END = "ROLLBACK"
+# Roll back, then reset what a rollback does not undo before the connection is reused:
+# session advisory locks, LISTEN registrations and session-level settings.
+_END = "ROLLBACK; SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL"
 
 
 class Database:
@@ -114,7 +117,8 @@ async def _driver_connection(sa_conn: AsyncConnection) -> asyncpg.Connection:
 
 
 async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
-    """Roll back; a connection that cannot (lost, or cancelled mid-query) leaves the pool."""
+    """Roll back and reset; a connection that cannot (lost, or cancelled mid-query) leaves
+    the pool."""
     with anyio.CancelScope(shield=True):
         try:
             if not conn.is_closed():
@@ -177,13 +181,18 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
                 "The configured database does not exist.",
                 suggestion="Check PG_DATABASE (or the database in the DSN).",
             )
+        if isinstance(err, asyncpg.DataError):
+            # Raised by the driver while encoding a bound value, before anything is sent.
+            return ParameterError(
+                f"A parameter value does not fit its type: {err}",
+                suggestion="Check each value in `params` against its $n placeholder's type.",
+            )
         if isinstance(
             err,
             asyncpg.PostgresConnectionError
             | asyncpg.OperatorInterventionError
-            | asyncpg.InterfaceError
             | asyncpg.TooManyConnectionsError,
-        ):
+        ) or (isinstance(err, asyncpg.InterfaceError) and "connection" in str(err).lower()):
             return DatabaseConnectionError("The database connection was lost or refused.")
         if isinstance(err, asyncpg.InsufficientPrivilegeError):
             return PermissionDeniedError(err.message, context=_pg_context(err))
@@ -197,7 +206,7 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
         if isinstance(err, asyncpg.UndefinedTableError):
             return TableNotFoundError(err.message, context=_pg_context(err))
         if isinstance(err, asyncpg.PostgresError):
-            return InvalidSqlError(err.message, context=_pg_context(err))
+            return InvalidSqlError(err.message or str(err), context=_pg_context(err))
     for err in chain:
         if isinstance(err, socket.gaierror):
             return DatabaseConnectionError("The database host name could not be resolved.")

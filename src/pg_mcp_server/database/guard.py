@@ -169,11 +169,14 @@ def _check_comments(sql: str) -> None:
                 )
 
 
-def parse_select(sql: str, *, position_offset: int = 0) -> ParsedSelect:
+def parse_select(
+    sql: str, *, position_offset: int = 0, strict_comments: bool = True
+) -> ParsedSelect:
     """Parse `sql` and allow exactly one SELECT with no writes, INTO or row locks anywhere."""
     if not sql.strip():
         raise InvalidSqlError("The SQL text is empty.", suggestion="Pass a SELECT statement.")
-    _check_comments(sql)
+    if strict_comments:
+        _check_comments(sql)
     try:
         tree = json.loads(parser.parse_sql_json(sql))
     except parser.ParseError as exc:
@@ -257,24 +260,12 @@ def _label(kind: str) -> str:
     return _STATEMENT_NAMES.get(kind, kind.removesuffix("Stmt").upper())
 
 
-async def guard_select(
-    sql: str, conn: asyncpg.Connection, safety: FunctionSafety, *, position_offset: int = 0
-) -> ParsedSelect:
-    """The full gate: structure, then functions (refreshing `safety` when it is stale)."""
-    parsed = parse_select(sql, position_offset=position_offset)
-    names = parsed.functions | parsed.attribute_names
-    if names and safety.stale(parsed.functions):
-        await safety.refresh(conn)
-    check_functions(parsed, safety)
-    return parsed
-
-
 def quote_ident(name: str) -> str:
     """Always quote: mixed case, non-ASCII and reserved words all survive."""
     return '"' + name.replace('"', '""') + '"'
 
 
-def check_where_clause(clause: str, from_sql: str) -> str:
+def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = True) -> str:
     """Validate an untrusted WHERE expression; return it wrapped for splicing.
 
     The clause is probed inside `SELECT 1 FROM <table> WHERE (<clause>\\n)`: the parse must be
@@ -284,7 +275,9 @@ def check_where_clause(clause: str, from_sql: str) -> str:
     """
     wrapped = f"({clause}\n)"
     prefix = f"SELECT 1 FROM {from_sql} WHERE "
-    parsed = parse_select(prefix + wrapped, position_offset=len(prefix) + 1)
+    parsed = parse_select(
+        prefix + wrapped, position_offset=len(prefix) + 1, strict_comments=strict_comments
+    )
     body = parsed.tree["stmts"][0]["stmt"]["SelectStmt"]
     allowed = {"targetList", "fromClause", "whereClause", "limitOption", "op"}
     extra = sorted(k for k in body if k not in allowed)
@@ -296,3 +289,26 @@ def check_where_clause(clause: str, from_sql: str) -> str:
             context={"rule": "where_clause_shape", "found": extra},
         )
     return wrapped
+
+
+@dataclass
+class SqlGuard:
+    """The gate every statement passes: structure, then functions (PostgreSQL's volatility,
+    cached and refreshed when stale)."""
+
+    strict_comments: bool = True
+    safety: FunctionSafety = field(default_factory=FunctionSafety)
+
+    async def check(
+        self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0
+    ) -> ParsedSelect:
+        parsed = parse_select(
+            sql, position_offset=position_offset, strict_comments=self.strict_comments
+        )
+        if (parsed.functions or parsed.attribute_names) and self.safety.stale(parsed.functions):
+            await self.safety.refresh(conn)
+        check_functions(parsed, self.safety)
+        return parsed
+
+    def where_clause(self, clause: str, from_sql: str) -> str:
+        return check_where_clause(clause, from_sql, strict_comments=self.strict_comments)

@@ -14,12 +14,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
-from pg_mcp_server.database.guard import (
-    FunctionSafety,
-    check_where_clause,
-    guard_select,
-    quote_ident,
-)
+from pg_mcp_server.database.guard import SqlGuard, quote_ident
 from pg_mcp_server.database.values import row_to_json
 from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
 
@@ -59,7 +54,7 @@ def _pick_columns(requested: list[str] | None, available: list[str], table: str)
 
 async def sample_rows(
     conn: asyncpg.Connection,
-    safety: FunctionSafety,
+    guard: SqlGuard,
     *,
     schema: str,
     table: str,
@@ -85,7 +80,7 @@ async def sample_rows(
     where = ""
     notes: list[str] = []
     if where_clause is not None and where_clause.strip():
-        where = " WHERE " + check_where_clause(where_clause, source)
+        where = " WHERE " + guard.where_clause(where_clause, source)
         notes.append("filtered by where_clause")
 
     use_tablesample = (
@@ -114,7 +109,7 @@ async def sample_rows(
 
     sql = build(use_tablesample)
     # The assembled statement passes the same gate as a user's query.
-    await guard_select(sql, conn, safety)
+    await guard.check(sql, conn)
     records = await conn.fetch(sql)
     if use_tablesample and len(records) < limit:
         # The block sample came up short (a selective filter, or few blocks): sort them all.

@@ -80,13 +80,15 @@ def row_to_json(
     record: asyncpg.Record,
     sensitive: re.Pattern[str] | None,
     max_text: int | None = None,
+    keys: list[str] | None = None,
 ) -> tuple[dict[str, Any], set[str], bool]:
-    """One row as a dict; returns it with the names of redacted columns and whether any value
-    was cut to `max_text` characters."""
+    """One row as a dict (under `keys`, by position, when column names repeat); returns it with
+    the names of redacted columns and whether any value was cut to `max_text` characters."""
     out: dict[str, Any] = {}
     redacted: set[str] = set()
     cut = False
-    for name, raw in record.items():
+    pairs = zip(keys, record.values(), strict=True) if keys is not None else record.items()
+    for name, raw in pairs:
         if sensitive is not None and raw is not None and sensitive.search(name):
             out[name] = REDACTED
             redacted.add(name)

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from importlib import resources
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
@@ -16,6 +17,16 @@ from pg_mcp_server.embedded import EmbeddedPostgres
 _log = logging.getLogger(__name__)
 
 _DATABASE = "demo"
+READER = "demo_reader"
+
+# The server connects as a role that can only read, as the README recommends for real use,
+# so the demo shows the least-privilege set-up (and the start-up audit finds nothing to report).
+READER_SQL = f"""
+CREATE ROLE {READER} LOGIN;
+GRANT USAGE ON SCHEMA public TO {READER};
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO {READER};
+ALTER ROLE {READER} SET default_transaction_read_only = on;
+"""
 
 
 def demo_sql() -> str:
@@ -41,6 +52,24 @@ async def load_demo(dsn: str) -> None:
         await conn.close()
 
 
+async def add_reader(dsn: str) -> str:
+    """Create the read-only demo role; return `dsn` logging in as it (trust auth on the
+    embedded server's private socket)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(READER_SQL)
+    finally:
+        await conn.close()
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{READER}@{host}"))
+
+
+async def _prepare(dsn: str) -> str:
+    await load_demo(dsn)
+    return await add_reader(dsn)
+
+
 @contextmanager
 def start_demo() -> Iterator[str]:
     """Start an embedded server with a loaded ``demo`` database; yield its DSN.
@@ -50,8 +79,7 @@ def start_demo() -> Iterator[str]:
     """
     started = time.perf_counter()
     with EmbeddedPostgres() as server:
-        dsn = server.create_database(_DATABASE)
-        asyncio.run(load_demo(dsn))
+        dsn = asyncio.run(_prepare(server.create_database(_DATABASE)))
         _log.info("demo database ready in %.2f s", time.perf_counter() - started)
         yield dsn
 
@@ -65,7 +93,6 @@ async def astart_demo() -> AsyncIterator[str]:
     """
     started = time.perf_counter()
     with EmbeddedPostgres() as server:
-        dsn = server.create_database(_DATABASE)
-        await load_demo(dsn)
+        dsn = await _prepare(server.create_database(_DATABASE))
         _log.info("demo database ready in %.2f s", time.perf_counter() - started)
         yield dsn

@@ -146,7 +146,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         async with app.db.read_only() as conn:
             sample = await sample_rows(
                 conn,
-                app.safety,
+                app.guard,
                 schema=schema_name,
                 table=table_name,
                 limit=limit,

@@ -1,0 +1,43 @@
+"""Start-up privilege audit: is the role the server logs in as really a reader?
+
+The guard and the read-only transaction stop writes whatever the role, but a least-privilege
+role is the backstop behind the backstop, so a role that could do more is reported: on stderr,
+in the instructions the model reads, and (with MCP_REQUIRE_READ_ONLY_ROLE) as a refusal to start.
+"""
+
+from __future__ import annotations
+
+from pg_mcp_server.database.engine import Database
+
+FILE_ROLES = ["pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"]
+
+AUDIT = """
+SELECT current_user AS role,
+       r.rolsuper AS superuser,
+       ARRAY(SELECT p FROM unnest($1::text[]) AS p
+             WHERE pg_catalog.pg_has_role(current_user, p, 'MEMBER')) AS file_roles,
+       (SELECT count(*) FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.relkind IN ('r', 'p')
+          AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_'
+          AND pg_catalog.has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
+           AS writable_tables
+FROM pg_catalog.pg_roles r
+WHERE r.rolname = current_user
+"""
+
+
+async def audit_role(db: Database) -> list[str]:
+    """What the role could do beyond reading, one sentence each; empty for a true reader."""
+    async with db.read_only() as conn:
+        row = await conn.fetchrow(AUDIT, FILE_ROLES)
+    assert row is not None
+    role = row["role"]
+    found: list[str] = []
+    if row["superuser"]:
+        found.append(f"role {role!r} is a superuser")
+    if row["file_roles"]:
+        found.append(f"role {role!r} is a member of {', '.join(row['file_roles'])}")
+    if row["writable_tables"]:
+        found.append(f"role {role!r} can write to {row['writable_tables']} table(s)")
+    return found

@@ -1,0 +1,138 @@
+"""How a query runs: guard, prepare, bind, fetch a bounded page through a cursor.
+
+The caller already holds a read-only transaction (`Database.read_only`). The statement is
+prepared on asyncpg's extended protocol (one statement per Parse message, so nothing can be
+stacked behind it), its parameter types come from PostgreSQL, and rows are read through a
+portal `limit + 1` at a time: the SQL text is never rewritten and an unbounded result is never
+fetched whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.database.params import bind
+from pg_mcp_server.database.values import row_to_json
+
+# Readable names for the types asyncpg reports by their internal names.
+_TYPE_NAMES = {
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "bool": "boolean",
+    "bpchar": "character",
+    "varchar": "varchar",
+    "timestamptz": "timestamptz",
+    "timetz": "timetz",
+}
+
+
+def type_name(typ: Any) -> str:
+    name: str = typ.name
+    if name.endswith("[]"):  # asyncpg names arrays by their element: "int4[]"
+        return type_name(_Element(name[:-2], schema=typ.schema)) + "[]"
+    base = _TYPE_NAMES.get(name, name)
+    schema = getattr(typ, "schema", "pg_catalog") or "pg_catalog"
+    return base if schema == "pg_catalog" else f"{schema}.{base}"
+
+
+@dataclass
+class _Element:
+    name: str
+    kind: str = "scalar"
+    schema: str = "pg_catalog"
+
+
+def query_hash(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()[:16]
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """Row keys must be unique: `SELECT a.id, b.id` gives id and id_2."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        if name in seen:
+            seen[name] += 1
+            candidate = f"{name}_{seen[name]}"
+            while candidate in seen:
+                seen[name] += 1
+                candidate = f"{name}_{seen[name]}"
+            seen[candidate] = 1
+            out.append(candidate)
+        else:
+            seen[name] = 1
+            out.append(name)
+    return out
+
+
+@dataclass
+class QueryResult:
+    columns: list[tuple[str, str]]
+    rows: list[dict[str, Any]]
+    has_more: bool
+    elapsed_ms: float
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_query(
+    conn: asyncpg.Connection,
+    guard: SqlGuard,
+    sql: str,
+    params: list[Any] | None,
+    *,
+    limit: int,
+    max_bytes: int,
+    sensitive: re.Pattern[str] | None,
+) -> QueryResult:
+    await guard.check(sql, conn)
+    started = time.perf_counter()
+    stmt = await conn.prepare(sql)
+    args = bind(params, stmt.get_parameters())
+    cursor = await stmt.cursor(*args)
+    records = await cursor.fetch(limit + 1)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+
+    attributes = stmt.get_attributes()
+    names = unique_names([a.name for a in attributes])
+    notes: list[str] = []
+    if names != [a.name for a in attributes]:
+        notes.append("duplicate column names were made unique (name_2, ...)")
+    has_more = len(records) > limit
+    rows: list[dict[str, Any]] = []
+    redacted: set[str] = set()
+    size = 2
+    for record in records[:limit]:
+        row, hidden, _ = row_to_json(record, sensitive, keys=names)
+        size += len(json.dumps(row, separators=(",", ":"))) + 1
+        if size > max_bytes and rows:
+            has_more = True
+            notes.append(
+                f"cut after {len(rows)} rows at the {max_bytes}-byte result limit; "
+                "select fewer columns or rows"
+            )
+            break
+        rows.append(row)
+        redacted |= hidden
+    else:
+        if has_more:
+            notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
+    if redacted:
+        notes.append("redacted sensitive columns: " + ", ".join(sorted(redacted)))
+    return QueryResult(
+        columns=[(n, type_name(a.type)) for n, a in zip(names, attributes, strict=True)],
+        rows=rows,
+        has_more=has_more,
+        elapsed_ms=elapsed_ms,
+        notes=notes,
+    )

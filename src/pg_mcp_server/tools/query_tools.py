@@ -1,0 +1,186 @@
+"""Layer 3, queries: execute_query and explain_query (read-only, always)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult
+from pydantic import Field
+
+from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.database import catalog
+from pg_mcp_server.database.plans import explain
+from pg_mcp_server.database.queries import query_hash, run_query
+from pg_mcp_server.errors import TableNotFoundError
+from pg_mcp_server.models.results import ExecuteQueryOutput, ExplainQueryOutput, QueryColumn
+from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok
+
+EXECUTE_QUERY = """Run one read-only SQL query and return its rows as JSON.
+
+Only a single SELECT runs (WITH, VALUES, TABLE, UNION, window functions, LATERAL are fine);
+anything that writes, locks rows, changes settings or calls side-effect functions is refused
+with WRITE_OPERATION_DENIED. Pass user values as parameters: $1, $2 ... in the SQL and `params`
+in order (JSON values; dates and timestamps as ISO strings, bytea as base64). At most `limit`
+rows come back (the query itself is not changed); `has_more` says whether more exist, so add
+ORDER BY and LIMIT/OFFSET to page. Values: numeric as numbers (strings when a float would lose
+digits), timestamps ISO 8601, bytea base64, json as JSON, arrays as lists.
+Example: execute_query(sql="SELECT status, count(*) AS n FROM orders WHERE created_at >= $1
+GROUP BY status ORDER BY n DESC", params=["2025-01-01"]) -> {"columns": [{"name": "status",
+"data_type": "text"}, {"name": "n", "data_type": "bigint"}], "rows": [{"status": "delivered",
+"n": 812}], "row_count": 1, "has_more": false, "execution_time_ms": 3.1, ...}"""
+
+EXPLAIN_QUERY = """Show PostgreSQL's execution plan for a query, with the estimated cost and
+rows and warnings about likely slow spots (large sequential scans and the columns filtered,
+row estimates off by 10x or more, sorts or hashes spilling to disk, nested loops over many
+rows). analyze=true really runs the query (read-only, rolled back) to add actual timings;
+buffers needs analyze; a query with $n placeholders needs example values in `params`.
+Example: explain_query(sql="SELECT * FROM orders WHERE status = 'pending'") -> {"plan": "Seq
+Scan on orders  (cost=0.00..189.00 rows=5000 width=24)...", "format": "text",
+"estimated_cost": 189.0, "estimated_rows": 5000, "actual_time_ms": null, "warnings":
+["Sequential scan on 'orders' (~890000 rows) filtering on status - consider an index on status"]}"""
+
+_MISSING = re.compile(r'relation "(?:([^".]+)\.)?([^"]+)" does not exist')
+
+
+async def _suggest(app: AppContext, error: TableNotFoundError) -> TableNotFoundError:
+    """PostgreSQL says only that a relation is missing; add the closest names. The failed
+    transaction is aborted, so the lookup runs in a fresh one."""
+    found = _MISSING.search(error.message)
+    if found is None:
+        return error
+    schema = found.group(1) or app.settings.database.default_schema
+    async with app.db.read_only() as conn:
+        better = await catalog.missing_table(conn, schema, found.group(2))
+    if isinstance(better, TableNotFoundError):
+        better.context = {**(error.context or {}), **(better.context or {})}
+        return better
+    return error
+
+
+Params = Annotated[
+    list[Any] | None,
+    Field(description="Parameter values for the query (positional, matching $1, $2, etc.)"),
+]
+
+
+def query_tools() -> list[PgTool]:
+    async def execute_query(
+        ctx: Context,
+        sql: Annotated[
+            str,
+            Field(description="SQL SELECT query to execute. Use $1, $2, etc. for parameters."),
+        ],
+        params: Params = None,
+        limit: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=10000,
+                description="Maximum rows to return (applied if query lacks LIMIT)",
+            ),
+        ] = 1000,
+        timeout_ms: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                description=(
+                    "Query timeout in milliseconds (uses server default if not specified; "
+                    "can only lower it)"
+                ),
+            ),
+        ] = None,
+    ) -> Annotated[CallToolResult, ExecuteQueryOutput]:
+        app = app_context(ctx)
+        cap = app.settings.server.max_rows
+        try:
+            async with app.db.read_only(timeout_ms) as conn:
+                result = await run_query(
+                    conn,
+                    app.guard,
+                    sql,
+                    params,
+                    limit=min(limit or cap, cap),
+                    max_bytes=app.settings.server.max_result_bytes,
+                    sensitive=app.sensitive,
+                )
+        except TableNotFoundError as exc:
+            raise await _suggest(app, exc) from None
+        return ok(
+            ExecuteQueryOutput(
+                columns=[QueryColumn(name=n, data_type=t) for n, t in result.columns],
+                rows=result.rows,
+                row_count=len(result.rows),
+                has_more=result.has_more,
+                execution_time_ms=round(result.elapsed_ms, 3),
+                query_hash=query_hash(sql),
+                note="; ".join(result.notes) or None,
+            )
+        )
+
+    async def explain_query(
+        ctx: Context,
+        sql: Annotated[str, Field(description="SQL query to explain")],
+        params: Annotated[
+            list[Any] | None,
+            Field(description="Parameter values (for accurate estimates)"),
+        ] = None,
+        analyze: Annotated[
+            bool,
+            Field(
+                description=(
+                    "Actually execute query to get real timings (slower but more accurate)"
+                )
+            ),
+        ] = False,
+        format: Annotated[
+            str,
+            Field(pattern="^(text|json|yaml)$", description="Output format for the plan"),
+        ] = "text",
+        verbose: Annotated[
+            bool, Field(description="Include additional detail in the plan")
+        ] = False,
+        buffers: Annotated[
+            bool,
+            Field(description="Include buffer usage statistics (requires analyze=true)"),
+        ] = False,
+    ) -> Annotated[CallToolResult, ExplainQueryOutput]:
+        app = app_context(ctx)
+        try:
+            async with app.db.read_only() as conn:
+                result = await explain(
+                    conn,
+                    app.guard,
+                    sql,
+                    params,
+                    analyze=analyze,
+                    fmt=format,
+                    verbose=verbose,
+                    buffers=buffers,
+                )
+        except TableNotFoundError as exc:
+            raise await _suggest(app, exc) from None
+        return ok(
+            ExplainQueryOutput(
+                plan=result.plan,
+                format=format,
+                estimated_cost=result.estimated_cost,
+                estimated_rows=result.estimated_rows,
+                actual_time_ms=result.actual_time_ms,
+                warnings=result.warnings or None,
+            )
+        )
+
+    return [
+        make_tool(
+            execute_query, name="execute_query", title="Execute query", description=EXECUTE_QUERY
+        ),
+        make_tool(
+            explain_query,
+            name="explain_query",
+            title="Explain query",
+            description=EXPLAIN_QUERY,
+            annotations=READ_ONLY,
+        ),
+    ]
