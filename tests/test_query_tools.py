@@ -1,0 +1,313 @@
+"""Layer 3 mechanics: limits, timeouts, cancellation, pool reset, parameters, plans, audit."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+import pytest_asyncio
+from mcpclient import call, call_error, connect, execute, fetch
+
+from pg_mcp_server.__main__ import preflight
+from pg_mcp_server.config import Settings
+from pg_mcp_server.database.engine import Database
+
+SETUP = r"""
+CREATE TABLE items (id int PRIMARY KEY, label text, price numeric(8, 2), tags text[]);
+INSERT INTO items SELECT g, 'item ' || g, g * 1.5, ARRAY['t' || g % 3]
+FROM generate_series(1, 30000) g;
+ANALYZE items;
+CREATE TABLE stale (id int, v int);
+INSERT INTO stale SELECT g, g FROM generate_series(1, 10) g;
+ANALYZE stale;
+INSERT INTO stale SELECT g, g % 7 FROM generate_series(11, 50000) g;
+CREATE TABLE accounts (id int PRIMARY KEY, api_secret text);
+INSERT INTO accounts VALUES (1, 's3cr3t');
+"""
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def qdsn(scratch_dsn: str) -> AsyncIterator[str]:
+    await execute(scratch_dsn, SETUP)
+    yield scratch_dsn
+
+
+async def test_rows_columns_and_types(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        out = await call(
+            client,
+            "execute_query",
+            sql="SELECT id, label, price, tags, now() AS at, '1 mon'::interval AS iv, "
+            "'\\x00ff'::bytea AS b, 'NaN'::numeric AS nan FROM items WHERE id <= $1 ORDER BY id",
+            params=[2],
+        )
+    assert [c["name"] for c in out["columns"]] == [
+        "id",
+        "label",
+        "price",
+        "tags",
+        "at",
+        "iv",
+        "b",
+        "nan",
+    ]
+    types = {c["name"]: c["data_type"] for c in out["columns"]}
+    assert types["id"] == "integer" and types["tags"] == "text[]" and types["at"] == "timestamptz"
+    assert out["rows"][0]["price"] == 1.5 and out["rows"][1]["tags"] == ["t2"]
+    assert out["rows"][0]["iv"] == "1 mon" and out["rows"][0]["nan"] == "NaN"
+    assert base64.b64decode(out["rows"][0]["b"]) == b"\x00\xff"
+    assert out["row_count"] == 2 and out["has_more"] is False
+    assert len(out["query_hash"]) == 16 and out["execution_time_ms"] >= 0
+
+
+async def test_limit_and_has_more_without_rewriting_the_query(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        out = await call(client, "execute_query", sql="SELECT id FROM items ORDER BY id", limit=5)
+        assert [r["id"] for r in out["rows"]] == [1, 2, 3, 4, 5]
+        assert out["has_more"] is True and "more rows exist" in out["note"]
+        exact = await call(client, "execute_query", sql="SELECT id FROM items LIMIT 5", limit=5)
+        assert exact["has_more"] is False
+        # A cursor reads only what it returns: the 900 million rows of this cross join are
+        # never produced (a set-returning function in FROM would be materialised whole by
+        # PostgreSQL itself, so a join is the honest test).
+        huge = await call(
+            client,
+            "execute_query",
+            sql="SELECT a.id AS x, b.id AS y FROM items a CROSS JOIN items b",
+            limit=10000,
+            timeout_ms=5000,
+        )
+        assert huge["row_count"] == 10000 and huge["has_more"] is True
+        body = await call_error(client, "execute_query", sql="SELECT 1", limit=10001)
+        assert body["error"]["code"] == "PARAMETER_ERROR"
+
+
+async def test_server_caps_rows_and_bytes(qdsn: str) -> None:
+    async with connect(qdsn, max_rows=7) as client:
+        out = await call(client, "execute_query", sql="SELECT id FROM items", limit=1000)
+        assert out["row_count"] == 7 and out["has_more"] is True
+    async with connect(qdsn, max_result_bytes=2048) as client:
+        out = await call(client, "execute_query", sql="SELECT id, label FROM items ORDER BY id")
+        assert 0 < out["row_count"] < 200 and out["has_more"] is True
+        assert "2048-byte result limit" in out["note"]
+
+
+async def test_duplicate_names_and_redaction(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        out = await call(
+            client,
+            "execute_query",
+            sql="SELECT a.id, b.id, a.api_secret FROM accounts a, accounts b",
+        )
+    assert out["rows"] == [{"id": 1, "id_2": 1, "api_secret": "[REDACTED]"}]
+    assert "redacted sensitive columns: api_secret" in out["note"]
+
+
+PARAM_CASES: list[tuple[str, Any, Any]] = [
+    ("SELECT $1::int AS v", 41, 41),
+    ("SELECT $1::int AS v", "41", 41),
+    ("SELECT $1::bigint AS v", "9007199254740993", 9007199254740993),
+    ("SELECT $1::numeric AS v", "12.345", 12.345),
+    ("SELECT $1::float8 AS v", 0.25, 0.25),
+    ("SELECT $1::text AS v", "1; DROP TABLE items", "1; DROP TABLE items"),
+    ("SELECT $1::bool AS v", True, True),
+    ("SELECT $1::date AS v", "2024-02-29", "2024-02-29"),
+    ("SELECT $1::timestamptz AS v", "2024-01-01T10:00:00Z", "2024-01-01T10:00:00+00:00"),
+    (
+        "SELECT $1::uuid AS v",
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+    ),
+    ("SELECT $1::jsonb AS v", {"a": [1, None]}, {"a": [1, None]}),
+    ("SELECT $1::int[] AS v", [1, 2, None], [1, 2, None]),
+    ("SELECT $1::text[] AS v", ["a", "b"], ["a", "b"]),
+    ("SELECT $1::interval AS v", "2 days", "2 days"),
+    ("SELECT $1::int AS v", None, None),
+    ("SELECT count(*) AS v FROM items WHERE label = $1", "item 7", 1),
+]
+
+
+@pytest.mark.parametrize(("sql", "value", "expected"), PARAM_CASES)
+async def test_parameter_types_round_trip(qdsn: str, sql: str, value: Any, expected: Any) -> None:
+    async with connect(qdsn) as client:
+        out = await call(client, "execute_query", sql=sql, params=[value])
+    assert out["rows"] == [{"v": expected}]
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "fragment"),
+    [
+        ("SELECT $1::int", ["forty"], "$1"),
+        ("SELECT $1::int, $2::date", [1, "yesterday"], "$2"),
+        ("SELECT $1::int", [], "1 parameter"),
+        ("SELECT 1", [1], "0 parameter"),
+        ("SELECT $1::uuid", ["not-a-uuid"], "$1"),
+        ("SELECT $1::int[]", [5], "$1"),
+        ("SELECT $1::bool", [{"x": 1}], "$1"),
+    ],
+)
+async def test_parameter_errors_name_the_parameter(
+    qdsn: str, sql: str, params: list[Any], fragment: str
+) -> None:
+    async with connect(qdsn) as client:
+        body = await call_error(client, "execute_query", sql=sql, params=params)
+    assert body["error"]["code"] == "PARAMETER_ERROR"
+    assert fragment in body["error"]["message"]
+
+
+async def test_timeout_is_prompt_and_the_connection_is_reused(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        body = await call_error(client, "execute_query", sql="SELECT pg_sleep(10)", timeout_ms=300)
+        assert body["error"]["code"] == "QUERY_TIMEOUT"
+        assert body["error"]["context"]["timeout_ms"] == 300
+        assert (await call(client, "execute_query", sql="SELECT 1 AS x"))["rows"] == [{"x": 1}]
+
+
+async def test_callers_cannot_raise_the_server_timeout(qdsn: str) -> None:
+    settings_env = {"statement_timeout": 1000}
+    settings = Settings.load(database={"dsn": qdsn, **settings_env})
+    db = Database(settings.database)
+    try:
+        assert db.timeout_ms(60000) == 1000 and db.timeout_ms(200) == 200
+        assert db.timeout_ms(None) == 1000
+    finally:
+        await db.dispose()
+
+
+async def _backends(dsn: str, state: str) -> list[str]:
+    rows = await fetch(
+        dsn,
+        "SELECT query FROM pg_stat_activity WHERE application_name = 'pg-mcp-server' "
+        "AND state = $1",
+        state,
+    )
+    return [r["query"] for r in rows]
+
+
+async def test_cancelled_call_cancels_the_backend_query(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        with anyio.move_on_after(1.0):
+            await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
+        for _ in range(40):
+            if not await _backends(qdsn, "active"):
+                break
+            await asyncio.sleep(0.1)
+        assert await _backends(qdsn, "active") == []
+        assert (await call(client, "execute_query", sql="SELECT 2 AS x"))["rows"] == [{"x": 2}]
+
+
+async def test_connections_are_reset_before_reuse(qdsn: str) -> None:
+    """What a rollback keeps (advisory locks, session settings, LISTEN) must not survive."""
+    settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
+    db = Database(settings.database)
+    try:
+        async with db.read_only() as conn:
+            # Bypassing the guard on purpose: this checks the backstop behind it.
+            await conn.fetchval("SELECT pg_advisory_lock(4242)")
+            await conn.fetchval("SELECT set_config('search_path', 'nowhere', false)")
+            await conn.execute("LISTEN leak")
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+        async with db.read_only() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") == pid  # same connection
+            assert await conn.fetchval("SHOW search_path") == '"$user", public'
+            assert await conn.fetchval("SELECT count(*) FROM pg_listening_channels()") == 0
+        rows = await fetch(qdsn, "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")
+        assert rows[0]["n"] == 0
+    finally:
+        await db.dispose()
+
+
+async def test_explain_formats_and_warnings(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        text = await call(client, "explain_query", sql="SELECT * FROM items WHERE label = 'x'")
+        assert text["format"] == "text" and text["plan"].startswith("Seq Scan on items")
+        assert text["estimated_cost"] > 0 and text["estimated_rows"] >= 1
+        assert text["actual_time_ms"] is None
+        assert any("Sequential scan on 'items'" in w and "label" in w for w in text["warnings"])
+        indexed = await call(
+            client, "explain_query", sql="SELECT * FROM items WHERE id = $1", params=[5]
+        )
+        assert indexed["warnings"] is None
+
+        js = await call(
+            client,
+            "explain_query",
+            sql="SELECT count(*) FROM stale WHERE v = 3",
+            format="json",
+            analyze=True,
+            buffers=True,
+        )
+        assert isinstance(js["plan"], list) and "Plan" in js["plan"][0]
+        assert js["actual_time_ms"] is not None and js["actual_time_ms"] >= 0
+        assert any("Row estimate off by" in w for w in js["warnings"])
+
+        yml = await call(client, "explain_query", sql="SELECT 1", format="yaml", verbose=True)
+        assert isinstance(yml["plan"], str) and "Plan:" in yml["plan"]
+
+        body = await call_error(client, "explain_query", sql="SELECT 1", buffers=True)
+        assert body["error"]["code"] == "PARAMETER_ERROR"
+        body = await call_error(client, "explain_query", sql="SELECT 1", format="xml")
+        assert body["error"]["code"] == "PARAMETER_ERROR"
+        body = await call_error(client, "explain_query", sql="SELECT * FROM items WHERE id = $1")
+        assert body["error"]["code"] == "PARAMETER_ERROR"
+        body = await call_error(client, "explain_query", sql="DELETE FROM items", analyze=True)
+        assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
+    (count,) = await fetch(qdsn, "SELECT count(*) FROM items")
+    assert count[0] == 30000
+
+
+async def test_unknown_table_in_a_query_suggests_names(qdsn: str) -> None:
+    async with connect(qdsn) as client:
+        body = await call_error(client, "execute_query", sql="SELECT * FROM itemz")
+    assert body["error"]["code"] == "TABLE_NOT_FOUND"
+    assert "Did you mean 'items'" in body["error"]["suggestion"]
+
+
+async def test_comment_keywords_can_be_allowed(qdsn: str) -> None:
+    sql = "SELECT 1 AS x -- update: counts fixed"
+    async with connect(qdsn) as client:
+        body = await call_error(client, "execute_query", sql=sql)
+        assert body["error"]["context"]["rule"] == "keyword_in_comment"
+    async with connect(qdsn, block_keywords_in_comments=False) as client:
+        assert (await call(client, "execute_query", sql=sql))["rows"] == [{"x": 1}]
+
+
+async def test_privilege_audit(qdsn: str) -> None:
+    superuser = await preflight(Settings.load(database={"dsn": qdsn}))
+    assert any("superuser" in w for w in superuser)
+    assert any("can write to" in w for w in superuser)
+    role = f"reader_{os.getpid()}"
+    await execute(
+        qdsn,
+        f"CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; "
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role};",
+    )
+    try:
+        host = qdsn.split("@", 1)[1]
+        reader = await preflight(Settings.load(database={"dsn": f"postgresql://{role}@{host}"}))
+        assert reader == []
+    finally:
+        await execute(qdsn, f"DROP OWNED BY {role}; DROP ROLE {role};")
+
+
+def test_refuses_to_start_with_a_superuser_when_asked(demo_dsn: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env["MCP_REQUIRE_READ_ONLY_ROLE"] = "true"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pg_mcp_server", "--dsn", demo_dsn],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 3
+    assert "refusing to start" in proc.stderr and "superuser" in proc.stderr
+    assert proc.stdout == ""
