@@ -194,6 +194,13 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
             | asyncpg.TooManyConnectionsError,
         ) or (isinstance(err, asyncpg.InterfaceError) and "connection" in str(err).lower()):
             return DatabaseConnectionError("The database connection was lost or refused.")
+        if isinstance(err, asyncpg.IndeterminateDatatypeError):
+            return ParameterError(
+                f"{err.message}: every $n up to the highest must be used in the query.",
+                suggestion="Number placeholders $1, $2, ... without gaps, or add a cast "
+                "such as $1::int where the type cannot be inferred.",
+                context=_pg_context(err),
+            )
         if isinstance(err, asyncpg.InsufficientPrivilegeError):
             return PermissionDeniedError(err.message, context=_pg_context(err))
         if isinstance(err, asyncpg.ReadOnlySQLTransactionError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,39 +18,8 @@ from typing import Any
 import asyncpg
 from pglast import parser
 
+from pg_mcp_server.database.safety import SafetyCatalog
 from pg_mcp_server.errors import InvalidSqlError, WriteOperationDeniedError
-
-# Volatile, but harmless for a reader (no state outlives the rolled-back transaction, nothing
-# outside the database is touched); pg_sleep is bounded by the statement timeout.
-HARMLESS_VOLATILE = frozenset(
-    {
-        "random",
-        "random_normal",
-        "array_sample",
-        "array_shuffle",
-        "clock_timestamp",
-        "timeofday",
-        "gen_random_uuid",
-        "uuidv4",
-        "uuidv7",
-        "uuid_generate_v1",
-        "uuid_generate_v1mc",
-        "uuid_generate_v4",
-        "pg_sleep",
-        "pg_sleep_for",
-        "pg_sleep_until",
-        "pg_total_relation_size",
-        "pg_relation_size",
-        "pg_table_size",
-        "pg_indexes_size",
-        "pg_database_size",
-        "pg_tablespace_size",
-        "pg_partition_tree",
-        "pg_partition_ancestors",
-        "pg_is_in_recovery",
-        "pg_jit_available",
-    }
-)
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a
 # prompt-injected comment, is worth a refusal).
@@ -89,49 +57,18 @@ _STATEMENT_NAMES = {
     "ExecuteStmt": "EXECUTE",
 }
 
-_REFRESH_SECONDS = 60.0
-
-FUNCTION_SAFETY_SQL = """
-SELECT p.proname AS name,
-       bool_and(p.provolatile <> 'v' OR p.proname = ANY($1::text[])) AS safe,
-       bool_or(p.pronargs = 1) AS unary
-FROM pg_catalog.pg_proc p
-GROUP BY p.proname
-"""
-
-
-@dataclass
-class FunctionSafety:
-    """Which function names a reader may call, read from `pg_proc` and refreshed now and then.
-
-    Overloads share a name; a name is safe only if every function of that name is, since the
-    parser cannot tell which overload PostgreSQL will pick.
-    """
-
-    safe: dict[str, bool] = field(default_factory=dict)
-    unary: frozenset[str] = frozenset()
-    loaded_at: float = 0.0
-
-    async def refresh(self, conn: asyncpg.Connection) -> None:
-        rows = await conn.fetch(FUNCTION_SAFETY_SQL, sorted(HARMLESS_VOLATILE))
-        self.safe = {r["name"]: r["safe"] for r in rows}
-        self.unary = frozenset(r["name"] for r in rows if r["unary"])
-        self.loaded_at = time.monotonic()
-
-    def stale(self, names: set[str]) -> bool:
-        expired = time.monotonic() - self.loaded_at > _REFRESH_SECONDS
-        return expired or any(n not in self.safe for n in names)
-
 
 @dataclass
 class ParsedSelect:
-    """A statement that passed the structural checks, with what the function check needs."""
+    """A statement that passed the structural checks, with every name the safety check needs."""
 
     tree: dict[str, Any]
-    functions: set[str]
-    # Last names of qualified column references: `(row).fn` calls fn(row) when no column of
-    # that name exists, so a name that is an unsafe one-argument function is refused too.
-    attribute_names: set[str]
+    functions: set[str] = field(default_factory=set)
+    # `(row).fn` and `row.fn` call fn(row) when no column of that name exists.
+    attributes: set[str] = field(default_factory=set)
+    operators: set[str] = field(default_factory=set)
+    types: set[str] = field(default_factory=set)
+    relations: set[str] = field(default_factory=set)
 
 
 def _walk(node: Any) -> Iterator[tuple[str, Any]]:
@@ -175,6 +112,13 @@ def parse_select(
     """Parse `sql` and allow exactly one SELECT with no writes, INTO or row locks anywhere."""
     if not sql.strip():
         raise InvalidSqlError("The SQL text is empty.", suggestion="Pass a SELECT statement.")
+    if "\x00" in sql:
+        # PostgreSQL's protocol cannot carry it, and the parser would stop reading there.
+        raise InvalidSqlError(
+            "The SQL text contains a NUL character.",
+            suggestion="Remove the NUL (\\0) character from the query.",
+            context={"rule": "nul_character", "position": sql.index("\x00") + 1},
+        )
     if strict_comments:
         _check_comments(sql)
     try:
@@ -204,8 +148,7 @@ def parse_select(
             "or TABLE) is.",
             context={"rule": "select_only", "statement": _label(kinds[0])},
         )
-    functions: set[str] = set()
-    attributes: set[str] = set()
+    parsed = ParsedSelect(tree=tree)
     for key, value in _walk(tree):
         if key in _WRITE_NODES:
             raise WriteOperationDeniedError(
@@ -224,36 +167,54 @@ def parse_select(
                 suggestion="Remove the FOR UPDATE/SHARE clause.",
                 context={"rule": "locking_clause"},
             )
+        if not isinstance(value, dict):
+            continue
         if key == "FuncCall":
-            name = _names(value["funcname"])
-            if name:
-                functions.add(name[-1])
+            parsed.functions.update(_names(value.get("funcname", []))[-1:])
         elif key == "ColumnRef":
-            fields = _names(value["fields"])
+            fields = _names(value.get("fields", []))
             if len(fields) >= 2:
-                attributes.add(fields[-1])
-    return ParsedSelect(tree=tree, functions=functions, attribute_names=attributes)
+                parsed.attributes.add(fields[-1])
+        elif key == "A_Indirection":
+            parsed.attributes.update(_names(value.get("indirection", [])))
+        elif key == "A_Expr":
+            parsed.operators.update(_names(value.get("name", []))[-1:])
+        elif key in ("TypeName", "typeName"):  # a typed field has no node wrapper
+            parsed.types.update(_names(value.get("names", []))[-1:])
+        elif key == "RangeVar":
+            parsed.relations.add(value.get("relname", ""))
+    return parsed
 
 
-def check_functions(parsed: ParsedSelect, safety: FunctionSafety) -> None:
-    """Refuse calls to functions a reader must not run (names unknown to pg_proc pass:
-    PostgreSQL will report them as undefined)."""
-    unsafe = sorted(n for n in parsed.functions if safety.safe.get(n) is False)
-    unsafe += sorted(
-        n
-        for n in parsed.attribute_names
-        if n in safety.unary and safety.safe.get(n) is False and n not in unsafe
+def check_safety(parsed: ParsedSelect, catalog: SafetyCatalog) -> None:
+    """Refuse names that reach a function a reader must not run (see database/safety.py).
+    Names unknown to the catalog pass: PostgreSQL reports them as undefined."""
+    found: list[tuple[str, str]] = []
+    found += [("function", n) for n in sorted(parsed.functions & catalog.functions)]
+    found += [("function", n) for n in sorted(parsed.attributes & catalog.row_functions)]
+    found += [("operator", n) for n in sorted(parsed.operators & catalog.operators)]
+    found += [("type", n) for n in sorted((parsed.types | parsed.functions) & catalog.types)]
+    found += [("relation", n) for n in sorted(parsed.relations & catalog.relations)]
+    if not found:
+        return
+    kind, name = found[0]
+    what = {
+        "function": f"The function {name}() is not allowed: it can have side effects, read "
+        "outside the database or run SQL the guard cannot see.",
+        "operator": f"The operator {name} is not allowed: it calls a function with side effects.",
+        "type": f"The type {name} is not allowed: its CHECK constraint calls a function with "
+        "side effects.",
+        "relation": f"Reading {name} is not allowed: its definition (view query or row-level "
+        "security policy) calls a function with side effects.",
+    }[kind]
+    raise WriteOperationDeniedError(
+        what,
+        suggestion=(
+            "Use only side-effect-free functions (stable or immutable ones, plus harmless "
+            "volatile ones such as random() or clock_timestamp()) and objects built on them."
+        ),
+        context={"rule": f"unsafe_{kind}", "names": [n for _, n in found]},
     )
-    if unsafe:
-        raise WriteOperationDeniedError(
-            f"The function {unsafe[0]}() is not allowed: it can have side effects or read "
-            "outside the database.",
-            suggestion=(
-                "Use only side-effect-free functions (stable or immutable ones, plus harmless "
-                "volatile ones such as random() or clock_timestamp())."
-            ),
-            context={"rule": "unsafe_function", "functions": unsafe},
-        )
 
 
 def _label(kind: str) -> str:
@@ -293,11 +254,11 @@ def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = Tr
 
 @dataclass
 class SqlGuard:
-    """The gate every statement passes: structure, then functions (PostgreSQL's volatility,
-    cached and refreshed when stale)."""
+    """The gate every statement passes: structure, then names against the safety catalog
+    (read from PostgreSQL, cached, refreshed when stale or when a function name is new)."""
 
     strict_comments: bool = True
-    safety: FunctionSafety = field(default_factory=FunctionSafety)
+    catalog: SafetyCatalog = field(default_factory=SafetyCatalog)
 
     async def check(
         self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0
@@ -305,9 +266,9 @@ class SqlGuard:
         parsed = parse_select(
             sql, position_offset=position_offset, strict_comments=self.strict_comments
         )
-        if (parsed.functions or parsed.attribute_names) and self.safety.stale(parsed.functions):
-            await self.safety.refresh(conn)
-        check_functions(parsed, self.safety)
+        if self.catalog.stale(parsed.functions):
+            await self.catalog.refresh(conn)
+        check_safety(parsed, self.catalog)
         return parsed
 
     def where_clause(self, clause: str, from_sql: str) -> str:
