@@ -1,0 +1,68 @@
+"""`pg-mcp-server --dsn DSN` over stdio, plus one constant tool, for bench_stdio.py.
+
+Settings, logging and build_server are exactly what the console script uses; the one addition
+is `bench_constant`, an async tool that touches no database and returns an int (so it has an
+output schema and structured content too). Timing it next to describe_table on the same
+process isolates what a real tool adds on top of the MCP stdio round trip.
+
+With `--profile PATH` it also has `bench_profile(action)`: "start" turns cProfile on, "stop"
+turns it off and writes the stats to PATH, so only the calls in between are profiled.
+
+Run (normally spawned by bench_stdio.py): uv run python bench/stdio_server.py --dsn DSN
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+
+from pg_mcp_server.__main__ import configure_logging
+from pg_mcp_server.config import Settings
+from pg_mcp_server.server import build_server
+
+
+async def bench_constant() -> int:
+    """Return 42; no I/O (an async tool, like ours, so no worker-thread hop)."""
+    return 42
+
+
+def profile_tool(path: str) -> Callable[[Literal["start", "stop"]], Awaitable[str]]:
+    profiler = cProfile.Profile()
+
+    async def bench_profile(action: Literal["start", "stop"]) -> str:
+        """Start cProfile, or stop it and write the stats file."""
+        if action == "start":
+            profiler.enable()
+        else:
+            profiler.disable()
+            profiler.dump_stats(path)
+        return action
+
+    return bench_profile
+
+
+def bench_server(settings: Settings, profile: str | None = None) -> MCPServer[Any]:
+    """build_server(settings) as the console script does, plus the bench tools."""
+    server = build_server(settings)
+    server.add_tool(bench_constant, name="bench_constant", description="Return 42 (benchmark).")
+    if profile:
+        server.add_tool(profile_tool(profile), name="bench_profile")
+    return server
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="pg-mcp-server over stdio plus bench_constant")
+    p.add_argument("--dsn", required=True, help="PostgreSQL connection URI")
+    p.add_argument("--profile", metavar="PATH", help="add bench_profile, writing stats to PATH")
+    args = p.parse_args()
+    settings = Settings.load(database={"dsn": args.dsn})
+    configure_logging(settings.server.log_level, settings.server.log_format)
+    bench_server(settings, args.profile).run("stdio")
+
+
+if __name__ == "__main__":
+    main()
