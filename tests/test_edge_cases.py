@@ -188,3 +188,25 @@ async def test_leave_out_indexes_and_constraints(edge_dsn: str) -> None:
         )
     assert out["indexes"] is None and out["constraints"] is None
     assert [c["name"] for c in out["columns"]] == ["id", "h"]
+
+
+async def test_list_tables_pages_in_name_order(edge_dsn: str) -> None:
+    async with connect(edge_dsn) as client:
+        everything = await call(client, "list_tables")
+        names = [t["name"] for t in everything["tables"]]
+        assert names == sorted(names) and everything["has_more"] is False
+        total = everything["total_count"]
+        assert total == len(names) >= 6
+        pages: list[str] = []
+        offset = 0
+        while True:
+            page = await call(client, "list_tables", limit=3, offset=offset)
+            assert page["total_count"] == total
+            pages += [t["name"] for t in page["tables"]]
+            offset += 3
+            if not page["has_more"]:
+                break
+        assert pages == names
+        beyond = await call(client, "list_tables", limit=3, offset=total + 5)
+        assert beyond["tables"] == [] and beyond["total_count"] == total
+        assert beyond["has_more"] is False

@@ -9,13 +9,13 @@ timeout for that transaction only, and always roll back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import asyncpg
 import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -48,15 +48,17 @@ class Database:
 
     def __init__(self, settings: DatabaseSettings) -> None:
         self.settings = settings
+        # No pool_pre_ping: the BEGIN that every use starts with is the ping (see _begin),
+        # which saves a round trip per call.
         self.engine: AsyncEngine = create_async_engine(
             "postgresql+asyncpg://",
             async_creator=self._connect,
             pool_size=settings.pool_size,
             max_overflow=0,
             pool_timeout=settings.pool_timeout,
-            pool_pre_ping=True,
             isolation_level="AUTOCOMMIT",
         )
+        self._releasing: set[asyncio.Task[None]] = set()
 
     async def _connect(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(
@@ -78,6 +80,31 @@ class Database:
             return limit
         return min(int(requested), limit)
 
+    async def _begin(self, ms: int) -> tuple[AsyncConnection, asyncpg.Connection]:
+        """Check out a connection and open the read-only transaction. The BEGIN is also the
+        pool's liveness check: a pooled connection that died (server restart, idle timeout)
+        fails here, is discarded, and is replaced once by a new one."""
+        for attempt in (1, 2):
+            sa_conn = await self.engine.connect()
+            try:
+                conn = await _driver_connection(sa_conn)
+                await conn.execute(_BEGIN.format(ms=ms))
+                return sa_conn, conn
+            except Exception as exc:
+                await sa_conn.invalidate()
+                await sa_conn.close()
+                lost = isinstance(translate(exc), DatabaseConnectionError)
+                if attempt == 2 or not lost:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
+        """Roll back and reset in the background: the caller has its answer already, and a
+        cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
+        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
     @asynccontextmanager
     async def read_only(self, timeout_ms: int | None = None) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection inside `BEGIN READ ONLY`, rolled back whatever happens.
@@ -86,27 +113,32 @@ class Database:
         """
         ms = self.timeout_ms(timeout_ms)
         try:
-            async with self.engine.connect() as sa_conn:
-                conn = await _driver_connection(sa_conn)
-                await conn.execute(_BEGIN.format(ms=ms))
-                try:
-                    yield conn
-                finally:
-                    await _end(sa_conn, conn)
+            sa_conn, conn = await self._begin(ms)
+        except Exception as exc:
+            raise _mapped(exc, ms) from None
+        try:
+            yield conn
         except PgMcpError:
             raise
         except Exception as exc:
-            mapped = translate(exc, timeout_ms=ms)
-            if mapped is None:
-                raise
-            raise mapped from None
+            raise _mapped(exc, ms) from None
+        finally:
+            self._release(sa_conn, conn)
 
     async def ping(self) -> None:
         async with self.read_only() as conn:
             await conn.fetchval("SELECT 1")
 
     async def dispose(self) -> None:
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
         await self.engine.dispose()
+
+
+def _mapped(exc: Exception, ms: int) -> Exception:
+    if isinstance(exc, PgMcpError):
+        return exc
+    return translate(exc, timeout_ms=ms) or exc
 
 
 async def _driver_connection(sa_conn: AsyncConnection) -> asyncpg.Connection:
@@ -117,16 +149,17 @@ async def _driver_connection(sa_conn: AsyncConnection) -> asyncpg.Connection:
 
 
 async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
-    """Roll back and reset; a connection that cannot (lost, or cancelled mid-query) leaves
-    the pool."""
-    with anyio.CancelScope(shield=True):
-        try:
-            if not conn.is_closed():
-                await conn.execute(_END)
-                return
-        except Exception:
-            logger.warning("rollback failed; discarding the connection", exc_info=True)
-        await sa_conn.invalidate()
+    """Roll back, reset, and return the connection to the pool; a connection that cannot
+    (lost, or cancelled mid-query) is discarded instead."""
+    try:
+        if not conn.is_closed():
+            await conn.execute(_END)
+            await sa_conn.close()
+            return
+    except Exception:
+        logger.warning("rollback failed; discarding the connection", exc_info=True)
+    await sa_conn.invalidate()
+    await sa_conn.close()
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

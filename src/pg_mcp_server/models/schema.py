@@ -49,7 +49,12 @@ class TableInfo(BaseModel):
             "pg_stat live tuples for a never-analyzed table; 0 for views"
         )
     )
-    size_bytes: int | None = Field(description="Table size in bytes (null for views)")
+    size_bytes: int | None = Field(
+        description=(
+            "Table size in bytes with TOAST and indexes, from the planner's page counts "
+            "(exact for never-analyzed tables); null for views and foreign tables"
+        )
+    )
     size_pretty: str | None = Field(description="Human-readable size (e.g., '1.2 MB')")
     has_primary_key: bool = Field(description="Whether table has a primary key")
     column_count: int = Field(description="Number of columns")
@@ -65,7 +70,11 @@ class ListTablesOutput(BaseModel):
 
     tables: list[TableInfo]
     schema_name: str
-    total_count: int
+    total_count: int = Field(description="Number of matching objects (all pages)")
+    # additive
+    has_more: bool = Field(
+        default=False, description="More objects follow this page: call again with offset"
+    )
 
 
 class ForeignKeyRef(BaseModel):

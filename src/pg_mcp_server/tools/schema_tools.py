@@ -36,6 +36,8 @@ LIST_TABLES = """List the tables (and by default views) of one schema with row e
 
 Partitions are not listed separately: a partitioned table lists them in `partitions`.
 `name_pattern` is a case-insensitive LIKE pattern ('%' any text, '_' one character).
+Large schemas come in pages of `limit` (default 1000) in name order: when `has_more` is true,
+call again with `offset` advanced; `total_count` counts every match.
 Next step: describe_table for the columns, keys and indexes of a table.
 Example: list_tables(schema_name="public", name_pattern="order%") -> {"tables": [{"name":
 "orders", "type": "table", "estimated_row_count": 890000, "size_pretty": "100 MB",
@@ -95,12 +97,27 @@ def schema_tools(default_schema: str) -> list[PgTool]:
                 )
             ),
         ] = None,
+        limit: Annotated[
+            int, Field(ge=1, le=10000, description="Most objects to return (one page)")
+        ] = 1000,
+        offset: Annotated[
+            int, Field(ge=0, description="Objects to skip, in name order (for the next page)")
+        ] = 0,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
         app = app_context(ctx)
         async with app.db.read_only() as conn:
-            rows = await catalog.list_tables(conn, schema_name, include_views, name_pattern)
+            rows, total = await catalog.list_tables(
+                conn, schema_name, include_views, name_pattern, limit, offset
+            )
         tables = [TableInfo(schema_name=schema_name, **r) for r in rows]
-        return ok(ListTablesOutput(tables=tables, schema_name=schema_name, total_count=len(tables)))
+        return ok(
+            ListTablesOutput(
+                tables=tables,
+                schema_name=schema_name,
+                total_count=total,
+                has_more=offset + len(tables) < total,
+            )
+        )
 
     async def describe_table(
         ctx: Context,
