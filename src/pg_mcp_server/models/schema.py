@@ -141,7 +141,9 @@ class ConstraintInfo(BaseModel):
         description="Constraint type (PRIMARY KEY, FOREIGN KEY, UNIQUE, CHECK, EXCLUDE)"
     )
     columns: list[str] = Field(description="Columns involved")
-    definition: str | None = Field(description="Constraint definition (e.g. the CHECK expression)")
+    definition: str | None = Field(
+        description="Constraint definition (for CHECK and EXCLUDE; null for the others)"
+    )
     referenced_table: str | None = Field(description="Referenced table (for FK)")
     # additive
     referenced_schema: str | None = Field(default=None, description="Referenced schema (for FK)")
