@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error
 
@@ -69,3 +74,50 @@ async def test_demo_mode_over_stdio() -> None:
         assert counted["rows"][0]["n"] > 0
         # The demo serves through a read-only role: the start-up audit has nothing to report.
         assert client.instructions and "more rights than reading" not in client.instructions
+
+
+INIT = (
+    '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+    '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+)
+
+
+def _start(*args: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    proc = subprocess.Popen(
+        [EXECUTABLE, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(INIT.encode())
+    proc.stdin.flush()
+    reply = json.loads(proc.stdout.readline())  # stdout carries only MCP messages
+    assert reply["id"] == 1 and reply["result"]["serverInfo"]["name"] == "pg-mcp-server"
+    return proc
+
+
+def _postgres_pids() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"}
+
+
+def test_stdio_exits_cleanly_at_end_of_input(demo_dsn: str) -> None:
+    proc = _start("--dsn", demo_dsn)
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert proc.wait(timeout=20) == 0
+
+
+def test_sigterm_stops_the_server_and_its_embedded_database() -> None:
+    before = _postgres_pids()
+    proc = _start("--demo")
+    demo = _postgres_pids() - before
+    assert demo, "the demo runs its own PostgreSQL"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while demo & _postgres_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not demo & _postgres_pids(), "no stray postgres processes after SIGTERM"

@@ -56,6 +56,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="start an embedded PostgreSQL with a demo database and serve it (removed on exit)",
     )
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        default=None,
+        help="allow HTTP on a non-loopback address without MCP_AUTH_TOKENS",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     p.add_argument("--log-format", choices=["json", "text"], help="stderr log format")
     return p.parse_args(argv)
@@ -81,6 +87,7 @@ def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
         "port": args.port,
         "log_level": args.log_level,
         "log_format": args.log_format,
+        "allow_unauthenticated": args.allow_unauthenticated,
     }
     return Settings.load(database={"dsn": dsn}, server=server_overrides)
 
@@ -138,27 +145,47 @@ class RefusedToStart(Exception):
     pass
 
 
+def _http_bind_allowed(settings: Settings) -> bool:
+    """A non-loopback HTTP bind hands database access to the network: only with tokens, or
+    when the operator says another layer authenticates."""
+    srv = settings.server
+    loopback = srv.host in {"127.0.0.1", "localhost", "::1"} or srv.host.startswith("127.")
+    return loopback or bool(srv.auth_tokens) or srv.allow_unauthenticated
+
+
 def run(settings: Settings) -> None:
     import asyncio
 
     from pg_mcp_server.server import build_server
 
+    srv = settings.server
+    if srv.transport == "http" and not _http_bind_allowed(settings):
+        raise RefusedToStart(
+            f"refusing to serve HTTP on {srv.host} without authentication: set MCP_AUTH_TOKENS, "
+            "bind to 127.0.0.1, or pass --allow-unauthenticated (e.g. behind an authenticating "
+            "proxy)"
+        )
     role_warnings = asyncio.run(preflight(settings))
     if role_warnings and settings.server.require_read_only_role:
         raise RefusedToStart(
             "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(role_warnings)
         )
-    server = build_server(settings, role_warnings)
     log = logging.getLogger("pg_mcp_server")
     if settings.server.transport == "stdio":
         log.info("serving over stdio")
-        server.run("stdio")
+        build_server(settings, role_warnings).run("stdio")
         return
     import uvicorn
 
-    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    from pg_mcp_server.gateway import http_app
+
+    srv = settings.server
+    app = http_app(settings, role_warnings)
     log.info(
-        "serving Streamable HTTP on http://%s:%s/mcp", settings.server.host, settings.server.port
+        "serving Streamable HTTP on http://%s:%s/mcp (auth %s)",
+        srv.host,
+        srv.port,
+        "on" if srv.auth_tokens else "off",
     )
     uvicorn.run(
         app,

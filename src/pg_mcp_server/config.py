@@ -8,10 +8,15 @@ description, and `tests/test_config.py` checks that each is documented in the RE
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 APPLICATION_NAME = "pg-mcp-server"
 
@@ -144,6 +149,46 @@ class ServerSettings(BaseSettings):
             "holds file/program privileges (otherwise only warn)"
         ),
     )
+
+    auth_tokens: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Comma-separated bearer tokens accepted on /mcp over HTTP (empty: no authentication; "
+            "then only a loopback bind is allowed unless MCP_ALLOW_UNAUTHENTICATED)"
+        ),
+    )
+    allow_unauthenticated: bool = Field(
+        default=False,
+        description="Allow binding HTTP to a non-loopback address without MCP_AUTH_TOKENS",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        description=(
+            "Comma-separated Host header values accepted over HTTP (DNS-rebinding protection); "
+            "'name:*' allows any port"
+        ),
+    )
+    allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        description="Comma-separated Origin header values accepted over HTTP (browsers send it)",
+    )
+    max_request_bytes: int = Field(
+        default=1_000_000, ge=1024, description="Largest HTTP request body accepted (bytes)"
+    )
+    max_concurrent_requests: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "HTTP requests served at once before new ones get 503 (0: four times PG_POOL_SIZE)"
+        ),
+    )
+
+    @field_validator("auth_tokens", "allowed_hosts", "allowed_origins", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [item.strip() for item in value.split(",") if item.strip()]
+        return value
 
     @field_validator("log_level", mode="before")
     @classmethod

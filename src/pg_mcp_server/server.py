@@ -56,20 +56,24 @@ def instructions(role_warnings: list[str]) -> str:
 
 
 def build_server(
-    settings: Settings, role_warnings: list[str] | None = None
+    settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
 ) -> MCPServer[AppContext]:
+    """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
+    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own."""
+
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
-        db = Database(settings.database)
+        database = db or Database(settings.database)
         try:
             yield AppContext(
                 settings=settings,
-                db=db,
+                db=database,
                 guard=SqlGuard(strict_comments=settings.server.block_keywords_in_comments),
                 sensitive=settings.server.sensitive_regex(),
             )
         finally:
-            await db.dispose()
+            if db is None:
+                await database.dispose()
 
     return MCPServer(
         name="pg-mcp-server",

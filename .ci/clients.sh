@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Real MCP clients against the real server: the official conformance suite (HTTP) and MCP
+# Inspector's CLI (HTTP and stdio), both on the --demo database. Needs Node 22, which comes from
+# the npm package node@22 (installed here, beside the two tools, in .ci/.node).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+read -r -a UV <<< "${UV:-uv}"  # "uv", or "python3 -m uv" from .ci/run
+NODE_DIR=.ci/.node
+CONFORMANCE_VERSION=0.1.16
+INSPECTOR_VERSION=2.12.0
+PORT=${CLIENTS_PORT:-18765}
+URL="http://127.0.0.1:${PORT}/mcp"
+
+mkdir -p "$NODE_DIR"
+npm install --prefix "$NODE_DIR" --no-audit --no-fund --silent \
+  node@22 "@modelcontextprotocol/conformance@${CONFORMANCE_VERSION}" \
+  "@modelcontextprotocol/inspector@${INSPECTOR_VERSION}"
+export PATH="$PWD/$NODE_DIR/node_modules/.bin:$PATH"
+echo "node $(node --version)"
+
+SERVER=$("${UV[@]}" run which pg-mcp-server)
+"$SERVER" --demo --transport http --port "$PORT" --log-format text > .ci/.server.log 2>&1 &
+SERVER_PID=$!
+trap 'kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true' EXIT
+for _ in $(seq 1 60); do
+  curl -sf "http://127.0.0.1:${PORT}/health" > /dev/null && break
+  sleep 0.5
+done
+curl -sf "http://127.0.0.1:${PORT}/health"; echo
+
+# The scenarios that need no fixture tools of the suite's own (see README, "Conformance").
+for scenario in server-initialize ping tools-list resources-list prompts-list \
+    dns-rebinding-protection; do
+  conformance server --url "$URL" --scenario "$scenario" | tail -n 1
+done
+
+echo "inspector CLI over HTTP"
+mcp-inspector --cli "$URL" --transport http --method tools/list | grep -q '"execute_query"'
+mcp-inspector --cli "$URL" --transport http --method tools/call \
+  --tool-name list_tables | grep -q 'order_items'
+echo "inspector CLI over stdio"
+mcp-inspector --cli "$SERVER" --demo --method tools/list 2>/dev/null | grep -q '"find_join_path"'
+mcp-inspector --cli "$SERVER" --demo --method tools/call --tool-name describe_table \
+  --tool-arg table_name=orders 2>/dev/null | grep -q 'order_status'
+echo "clients: all passed"

@@ -1,0 +1,239 @@
+"""Streamable HTTP over a real spawned server: versions, status codes, auth, health, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+import pytest_asyncio
+from mcp import Client
+from mcpclient import call, call_error
+
+EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
+ACCEPT = "application/json, text/event-stream"
+TOKEN = "test-token-7f3a"
+
+
+@dataclass
+class Running:
+    base: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def mcp(self) -> str:
+        return self.base + "/mcp"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve(dsn: str, *args: str, **env: str) -> Iterator[Running]:
+    port = free_port()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    environ.update(env)
+    proc = subprocess.Popen(
+        [EXECUTABLE, "--transport", "http", "--port", str(port), "--dsn", dsn, *args],
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(base + "/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, "server exited during start-up"
+                time.sleep(0.2)
+        yield Running(base, proc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def server(demo_dsn: str) -> Iterator[Running]:
+    with serve(demo_dsn, MCP_MAX_REQUEST_BYTES="65536") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def secured(demo_dsn: str) -> Iterator[Running]:
+    with serve(demo_dsn, MCP_AUTH_TOKENS=f"other-token, {TOKEN}") as running:
+        yield running
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30) as client:
+        yield client
+
+
+def init(version: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+
+
+HEADERS = {"Content-Type": "application/json", "Accept": ACCEPT}
+
+
+@pytest.mark.parametrize(
+    ("proposed", "agreed"),
+    [
+        ("2024-11-05", "2024-11-05"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),  # an unknown newer proposal negotiates down
+    ],
+)
+async def test_initialize_negotiates_every_version(
+    server: Running, http: httpx.AsyncClient, proposed: str, agreed: str
+) -> None:
+    reply = await http.post(server.mcp, json=init(proposed), headers=HEADERS)
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["result"]["protocolVersion"] == agreed
+    assert body["result"]["serverInfo"]["name"] == "pg-mcp-server"
+    assert body["result"]["capabilities"]["tools"] is not None
+
+
+async def test_modern_client_discovers_and_calls(server: Running) -> None:
+    async with Client(server.mcp) as client:
+        assert client.protocol_version == "2026-07-28"  # negotiated via server/discover
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert {"list_tables", "execute_query", "find_join_path"} <= tools
+        listed = await call(client, "list_tables")
+        assert "orders" in {t["name"] for t in listed["tables"]}
+        body = await call_error(client, "execute_query", sql="DELETE FROM orders")
+        assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
+
+
+async def test_legacy_client_initializes_and_calls(server: Running) -> None:
+    async with Client(server.mcp, mode="legacy") as client:
+        assert client.protocol_version == "2025-11-25"
+        out = await call(client, "execute_query", sql="SELECT count(*) AS n FROM users")
+        assert out["rows"][0]["n"] > 0
+        body = await call_error(client, "describe_table", table_name="order")
+        assert body["error"]["code"] == "TABLE_NOT_FOUND"
+
+
+async def test_http_status_codes(server: Running, http: httpx.AsyncClient) -> None:
+    ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+    reply = await http.get(server.mcp, headers={"Accept": "text/event-stream"})
+    assert reply.status_code == 405 and reply.headers["allow"] == "POST"
+    assert (await http.delete(server.mcp)).status_code == 405
+    reply = await http.post(
+        server.mcp, json=ping, headers={"Content-Type": "application/json", "Accept": "text/html"}
+    )
+    assert reply.status_code == 406
+    reply = await http.post(
+        server.mcp, json=ping, headers={**HEADERS, "MCP-Protocol-Version": "1999-01-01"}
+    )
+    assert reply.status_code == 400
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    reply = await http.post(
+        server.mcp, json=note, headers={**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
+    )
+    assert reply.status_code == 202
+    reply = await http.post(server.mcp, json=ping, headers={**HEADERS, "Host": "evil.example"})
+    assert reply.status_code == 421  # DNS rebinding: unknown Host
+    reply = await http.post(
+        server.mcp, json=ping, headers={**HEADERS, "Origin": "http://evil.example"}
+    )
+    assert reply.status_code == 403  # a browser page from elsewhere
+    reply = await http.post(server.mcp, content=b"{" + b" " * 70000 + b"}", headers=HEADERS)
+    assert reply.status_code == 413  # MCP_MAX_REQUEST_BYTES
+    assert (await http.get(server.base + "/nowhere")).status_code == 404
+
+
+async def test_health_reports_the_database(server: Running, http: httpx.AsyncClient) -> None:
+    reply = await http.get(server.base + "/health")
+    assert reply.status_code == 200
+    assert reply.json() == {"status": "ok", "database": "reachable"}
+
+
+async def test_health_is_503_when_the_database_is_down(
+    http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    dead = f"postgresql://nobody@/nowhere?host={tmp_path}&port=5999"
+    with serve(dead) as running:
+        reply = await http.get(running.base + "/health")
+        assert reply.status_code == 503
+        assert reply.json() == {"status": "unavailable", "database": "CONNECTION_ERROR"}
+        async with Client(running.mcp) as client:
+            body = await call_error(client, "list_schemas")
+            assert body["error"]["code"] == "CONNECTION_ERROR"
+        assert running.proc.poll() is None  # still serving
+
+
+async def test_bearer_tokens(secured: Running, http: httpx.AsyncClient) -> None:
+    reply = await http.post(secured.mcp, json=init("2025-11-25"), headers=HEADERS)
+    assert reply.status_code == 401
+    assert reply.headers["www-authenticate"].startswith("Bearer")
+    wrong = {**HEADERS, "Authorization": "Bearer nope"}
+    assert (await http.post(secured.mcp, json=init("2025-11-25"), headers=wrong)).status_code == 401
+    right = {**HEADERS, "Authorization": f"Bearer {TOKEN}"}
+    reply = await http.post(secured.mcp, json=init("2025-11-25"), headers=right)
+    assert reply.status_code == 200 and reply.json()["result"]["protocolVersion"]
+    # /health stays open for load balancers; it tells nothing but reachability.
+    assert (await http.get(secured.base + "/health")).status_code == 200
+
+
+async def test_concurrency_limit_answers_503(demo_dsn: str, http: httpx.AsyncClient) -> None:
+    with serve(demo_dsn, MCP_MAX_CONCURRENT_REQUESTS="1") as running:
+        slow = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "execute_query", "arguments": {"sql": "SELECT pg_sleep(2)"}},
+        }
+        headers = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
+        first = asyncio.create_task(http.post(running.mcp, json=slow, headers=headers))
+        await asyncio.sleep(0.7)
+        busy = await http.post(
+            running.mcp, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers
+        )
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        assert (await first).status_code == 200
+
+
+def test_non_loopback_bind_without_tokens_is_refused(demo_dsn: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    proc = subprocess.run(
+        [EXECUTABLE, "--transport", "http", "--host", "0.0.0.0", "--dsn", demo_dsn],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 3
+    assert "without authentication" in proc.stderr
