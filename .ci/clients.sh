@@ -34,12 +34,27 @@ for scenario in server-initialize ping tools-list resources-list prompts-list \
   conformance server --url "$URL" --scenario "$scenario" | tail -n 1
 done
 
-echo "inspector CLI over HTTP"
-mcp-inspector --cli "$URL" --transport http --method tools/list | grep -q '"execute_query"'
-mcp-inspector --cli "$URL" --transport http --method tools/call \
-  --tool-name list_tables | grep -q 'order_items'
-echo "inspector CLI over stdio"
-mcp-inspector --cli "$SERVER" --demo --method tools/list 2>/dev/null | grep -q '"find_join_path"'
-mcp-inspector --cli "$SERVER" --demo --method tools/call --tool-name describe_table \
-  --tool-arg table_name=orders 2>/dev/null | grep -q 'order_status'
+# check NAME PATTERN COMMAND...: the command's output must contain PATTERN. Spawning --demo
+# starts a whole PostgreSQL, which can outlast the Inspector's connect timeout on a loaded
+# machine, so each check gets three tries, and the output is shown if all fail.
+check() {
+  local name=$1 pattern=$2; shift 2
+  for attempt in 1 2 3; do
+    if "$@" > .ci/.check.out 2>&1 && grep -q -- "$pattern" .ci/.check.out; then
+      echo "ok: $name"; return 0
+    fi
+    echo "retrying $name (attempt $attempt failed)"
+  done
+  cat .ci/.check.out; echo "FAILED: $name"; return 1
+}
+
+check "inspector http tools/list" '"execute_query"' \
+  mcp-inspector --cli "$URL" --transport http --method tools/list
+check "inspector http tools/call" 'order_items' \
+  mcp-inspector --cli "$URL" --transport http --method tools/call --tool-name list_tables
+check "inspector stdio tools/list" '"find_join_path"' \
+  mcp-inspector --cli "$SERVER" --demo --method tools/list
+check "inspector stdio tools/call" 'order_status' \
+  mcp-inspector --cli "$SERVER" --demo --method tools/call --tool-name describe_table \
+  --tool-arg table_name=orders
 echo "clients: all passed"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ import asyncpg
 from pglast import parser
 
 from pg_mcp_server.database.safety import SafetyCatalog
+from pg_mcp_server.database.sqltree import names, walk
 from pg_mcp_server.errors import InvalidSqlError, WriteOperationDeniedError
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a
@@ -69,23 +69,6 @@ class ParsedSelect:
     operators: set[str] = field(default_factory=set)
     types: set[str] = field(default_factory=set)
     relations: set[str] = field(default_factory=set)
-
-
-def _walk(node: Any) -> Iterator[tuple[str, Any]]:
-    stack = [node]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for key, value in item.items():
-                yield key, value
-                if isinstance(value, dict | list):
-                    stack.append(value)
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
-def _names(items: list[dict[str, Any]]) -> list[str]:
-    return [i["String"]["sval"] for i in items if "String" in i]
 
 
 def _check_comments(sql: str) -> None:
@@ -149,7 +132,7 @@ def parse_select(
             context={"rule": "select_only", "statement": _label(kinds[0])},
         )
     parsed = ParsedSelect(tree=tree)
-    for key, value in _walk(tree):
+    for key, value in walk(tree):
         if key in _WRITE_NODES:
             raise WriteOperationDeniedError(
                 f"A data-modifying {_WRITE_NODES[key]} inside the query is not allowed.",
@@ -170,17 +153,17 @@ def parse_select(
         if not isinstance(value, dict):
             continue
         if key == "FuncCall":
-            parsed.functions.update(_names(value.get("funcname", []))[-1:])
+            parsed.functions.update(names(value.get("funcname", []))[-1:])
         elif key == "ColumnRef":
-            fields = _names(value.get("fields", []))
+            fields = names(value.get("fields", []))
             if len(fields) >= 2:
                 parsed.attributes.add(fields[-1])
         elif key == "A_Indirection":
-            parsed.attributes.update(_names(value.get("indirection", [])))
+            parsed.attributes.update(names(value.get("indirection", [])))
         elif key == "A_Expr":
-            parsed.operators.update(_names(value.get("name", []))[-1:])
+            parsed.operators.update(names(value.get("name", []))[-1:])
         elif key in ("TypeName", "typeName"):  # a typed field has no node wrapper
-            parsed.types.update(_names(value.get("names", []))[-1:])
+            parsed.types.update(names(value.get("names", []))[-1:])
         elif key == "RangeVar":
             parsed.relations.add(value.get("relname", ""))
     return parsed

@@ -15,8 +15,8 @@ from typing import Any
 
 import asyncpg
 import yaml
-from pglast import parser
 
+from pg_mcp_server.database import sqltree
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
 from pg_mcp_server.errors import ParameterError
@@ -48,24 +48,8 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def _filter_columns(expression: str) -> list[str]:
     """Column names in a plan's Filter expression, read with PostgreSQL's parser."""
-    try:
-        tree = json.loads(parser.parse_sql_json(f"SELECT 1 WHERE {expression}"))
-    except parser.ParseError:
-        return []
-    found: list[str] = []
-    stack: list[Any] = [tree]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            ref = item.get("ColumnRef")
-            if isinstance(ref, dict):
-                names = [f["String"]["sval"] for f in ref.get("fields", []) if "String" in f]
-                if names and names[-1] not in found:
-                    found.append(names[-1])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return sorted(found)
+    tree = sqltree.parse(f"SELECT 1 WHERE {expression}")
+    return sorted(sqltree.last_names(tree, "ColumnRef", "fields")) if tree else []
 
 
 def warnings_for(root: dict[str, Any], table_rows: dict[tuple[str | None, str], int]) -> list[str]:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from pglast import parser
+
+from pg_mcp_server.database import sqltree
 
 # Volatile, but harmless for a reader: nothing outlives the rolled-back transaction, nothing
 # outside the database is touched, and pg_sleep is bounded by the statement timeout.
@@ -130,26 +131,8 @@ def _refs(pattern: re.Pattern[str], text: str | None) -> set[int]:
 
 def _called_names(sql: str | None) -> set[str]:
     """Function names a SQL-language body calls (as text: it is not stored as a tree)."""
-    if not sql:
-        return set()
-    try:
-        tree = json.loads(parser.parse_sql_json(sql))
-    except parser.ParseError:
-        return set()
-    names: set[str] = set()
-    stack: list[Any] = [tree]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            call = item.get("FuncCall")
-            if isinstance(call, dict):
-                parts = [n["String"]["sval"] for n in call.get("funcname", []) if "String" in n]
-                if parts:
-                    names.add(parts[-1])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return names
+    tree = sqltree.parse(sql) if sql else None
+    return sqltree.last_names(tree, "FuncCall", "funcname") if tree else set()
 
 
 def _harmless(name: str) -> bool:
