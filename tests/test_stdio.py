@@ -42,6 +42,11 @@ async def test_stdio_session_against_a_database(demo_dsn: str) -> None:
         assert set(tools) == ALL_TOOLS
         for tool in tools.values():
             assert tool.output_schema is not None
+            # Portable schemas: references inlined, nullables as anyOf (a type array is
+            # rejected by single-type dialects such as Gemini's function declarations).
+            for schema in (tool.input_schema, tool.output_schema):
+                text = json.dumps(schema)
+                assert "$ref" not in text and '"type": [' not in text, tool.name
             assert tool.annotations is not None and tool.annotations.read_only_hint
             assert tool.title and "Example" in (tool.description or "")
         listed = await call(client, "list_tables")
@@ -99,8 +104,15 @@ def _start(*args: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _postgres_pids() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "postgres"}
+def _postmasters_since(started: float) -> set[int]:
+    """Postmasters (postgres -D <dir>) created since `started`: the demo's own, not the
+    backends that other servers on the machine fork meanwhile."""
+    found = set()
+    for p in psutil.process_iter(["name", "cmdline", "create_time"]):
+        recent = p.info["create_time"] >= started - 0.5
+        if p.info["name"] == "postgres" and recent and "-D" in (p.info["cmdline"] or []):
+            found.add(p.pid)
+    return found
 
 
 def test_stdio_exits_cleanly_at_end_of_input(demo_dsn: str) -> None:
@@ -111,13 +123,13 @@ def test_stdio_exits_cleanly_at_end_of_input(demo_dsn: str) -> None:
 
 
 def test_sigterm_stops_the_server_and_its_embedded_database() -> None:
-    before = _postgres_pids()
+    started = time.time()
     proc = _start("--demo")
-    demo = _postgres_pids() - before
+    demo = _postmasters_since(started)
     assert demo, "the demo runs its own PostgreSQL"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
     deadline = time.monotonic() + 15
-    while demo & _postgres_pids() and time.monotonic() < deadline:
+    while any(psutil.pid_exists(pid) for pid in demo) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not demo & _postgres_pids(), "no stray postgres processes after SIGTERM"
+    assert not any(psutil.pid_exists(pid) for pid in demo), "postgres outlived the server"

@@ -1,16 +1,15 @@
 """Compact JSON Schemas for tools/list: same meaning, fewer tokens, cheaper to validate.
 
-pydantic emits `$defs`/`$ref`, a `title` on every property and `anyOf: [X, null]` for optional
-fields. Clients read these schemas on every session (LLM context) and some validate every
-result against them, so we inline references, drop titles and write nullables as
-`type: [X, "null"]`.
+pydantic emits `$defs`/`$ref` and a `title` on every property. Clients read these schemas on
+every session (LLM context) and some validate every result against them, so references are
+inlined and titles dropped. Nullables stay `anyOf: [X, {"type": "null"}]`: the shorter
+`type: [X, "null"]` is legal but not portable (single-type dialects such as the OpenAPI subset
+behind Gemini function declarations reject it; MCP Inspector's --strict flags it).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-_NULL = {"type": "null"}
 
 
 def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -34,12 +33,6 @@ def compact_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 out[key] = [node(sub) for sub in value]
             else:
                 out[key] = value
-        options = out.get("anyOf")
-        if isinstance(options, list) and len(options) == 2 and _NULL in options:
-            other = options[0] if options[1] == _NULL else options[1]
-            if isinstance(other.get("type"), str) and "anyOf" not in other:
-                del out["anyOf"]
-                out = {**other, **out, "type": [other["type"], "null"]}
         return out
 
     result = node(schema)
