@@ -18,7 +18,7 @@ import httpx2 as httpx
 import pytest
 import pytest_asyncio
 from mcp import Client
-from mcpclient import call, call_error
+from mcpclient import call, call_error, fetch
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 ACCEPT = "application/json, text/event-stream"
@@ -237,3 +237,30 @@ def test_non_loopback_bind_without_tokens_is_refused(demo_dsn: str) -> None:
     )
     assert proc.returncode == 3
     assert "without authentication" in proc.stderr
+
+
+async def test_dropped_request_cancels_its_query(
+    server: Running, http: httpx.AsyncClient, demo_dsn: str
+) -> None:
+    sql = "SELECT pg_sleep(20.25)"  # a text no other test runs
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "execute_query", "arguments": {"sql": sql}},
+    }
+    headers = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
+    with pytest.raises(httpx.TimeoutException):
+        await http.post(server.mcp, json=body, headers=headers, timeout=1.0)
+    running = ["?"]
+    for _ in range(50):
+        rows = await fetch(
+            demo_dsn,
+            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query = $1",
+            sql,
+        )
+        running = [r["pid"] for r in rows]
+        if not running:
+            break
+        await asyncio.sleep(0.1)
+    assert running == [], "the query outlived the request that asked for it"

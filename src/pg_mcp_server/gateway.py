@@ -5,8 +5,8 @@ The SDK checks Accept (406), Content-Type, MCP-Protocol-Version (400), Host (421
 database access needs: bearer tokens (compared in constant time, 401 with WWW-Authenticate),
 405 for GET/DELETE on /mcp (stateless: there is no stream to open and no session to end; the
 SDK would otherwise hold a GET open forever), a concurrency limit that answers 503 at once
-instead of queueing without bound, and /health for load balancers (200, or 503 when the
-database is unreachable).
+instead of queueing without bound, cancellation of a request whose client went away (so its
+query stops), and /health for load balancers (200, or 503 when the database is unreachable).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import anyio
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.server import build_server
 
@@ -53,6 +53,7 @@ class Gateway:
         self.app = app
         self.db = db
         self.tokens = [t.get_secret_value().encode() for t in settings.server.auth_tokens]
+        self.max_bytes = settings.server.max_request_bytes
         limit = settings.server.max_concurrent_requests or 4 * settings.database.pool_size
         self.limit = limit
         self.in_flight = 0
@@ -100,9 +101,53 @@ class Gateway:
             return
         self.in_flight += 1
         try:
-            await self.app(scope, receive, send)
+            await self._serve(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the SDK app, cancelled if the client goes away: a dropped request must not leave
+        its query running. The body is read first (so the connection can then be watched for
+        `http.disconnect`) and replayed to the app."""
+        body: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await _respond(send, 413, _rpc_error(-32600, "Request body too large"))
+                return
+            if not message.get("more_body", False):
+                break
+        gone = anyio.Event()
+
+        async def replay() -> Message:
+            if body:
+                return body.pop(0)
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        # The SDK serves a stateless request in a task of its own (which inherits this context),
+        # so cancelling our call would not stop it: the request's queries are cancelled instead.
+        backends: set[int] = set()
+        token = request_backends.set(backends)
+        try:
+            async with anyio.create_task_group() as tasks:
+
+                async def watch() -> None:
+                    if (await receive())["type"] == "http.disconnect":
+                        gone.set()
+                        await self.db.cancel(set(backends))
+                        tasks.cancel_scope.cancel()
+
+                tasks.start_soon(watch)
+                await self.app(scope, replay, send)
+                tasks.cancel_scope.cancel()
+        finally:
+            request_backends.reset(token)
 
     def _authorized(self, scope: Scope) -> bool:
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")

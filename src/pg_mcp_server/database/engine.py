@@ -14,6 +14,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import asyncpg
@@ -41,6 +42,12 @@ _BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
 # Roll back, then reset what a rollback does not undo before the connection is reused:
 # session advisory locks, LISTEN registrations and session-level settings.
 _END = "ROLLBACK; SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL"
+
+
+# The backends working for the current request (set by the HTTP gateway per request and
+# inherited by the tasks that serve it), so a request whose client went away can have its
+# queries cancelled.
+request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", default=None)
 
 
 class Database:
@@ -116,6 +123,10 @@ class Database:
             sa_conn, conn = await self._begin(ms)
         except Exception as exc:
             raise _mapped(exc, ms) from None
+        backends = request_backends.get()
+        pid = conn.get_server_pid()
+        if backends is not None:
+            backends.add(pid)
         try:
             yield conn
         except PgMcpError:
@@ -123,7 +134,18 @@ class Database:
         except Exception as exc:
             raise _mapped(exc, ms) from None
         finally:
+            if backends is not None:
+                backends.discard(pid)
             self._release(sa_conn, conn)
+
+    async def cancel(self, backends: set[int]) -> None:
+        """Cancel what these backends are running (a role may always cancel its own)."""
+        if backends:
+            async with self.read_only() as conn:
+                await conn.execute(
+                    "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid",
+                    sorted(backends),
+                )
 
     async def ping(self) -> None:
         async with self.read_only() as conn:
