@@ -1,7 +1,7 @@
 """Server-side timings of list_tables and describe_table on the 10k-table / 100k-column catalog.
 
 Starts a throwaway PostgreSQL 18, generates both catalog variants (bench/catalog.py), then for
-each case measures, after WARMUP calls, RUNS calls of:
+each case measures, after WARMUP calls, up to RUNS calls (fewer when slow: BUDGET_S) of:
   (a) the catalog statement alone on a new plain asyncpg connection (prepared by asyncpg, json
       left as text); its very first call, on a backend with a cold relation cache, is reported
       separately as "cold";
@@ -14,10 +14,13 @@ before it may switch to a cached generic plan.
 
 Then it counts statements and round trips per tool call, two independent ways:
   - wire: every round trip asyncpg makes (its protocol's prepare / bind_execute / query / ...
-    calls, each one a request answered by ReadyForQuery) on the server's pooled connections;
+    calls, each one a request answered by ReadyForQuery) on the server's pooled connections,
+    the engine's ROLLBACK + reset (run in a task after the tool returns) counted apart;
   - PostgreSQL: pg_stat_statements (preloaded) `calls` over CALLS_COUNTED tool calls.
 A case whose median misses its target is profiled with cProfile, and for list_tables the cost
-of each per-table expression is measured in PostgreSQL (EXPLAIN ANALYZE, see expression_costs).
+of each per-table expression, and of the `total` count, is measured in PostgreSQL (EXPLAIN
+ANALYZE, see expression_costs). A tool call that fails (list_tables over 10,000 tables hits the
+30 s statement timeout) is reported with its error and time.
 
 Run: uv run python bench/bench_catalog.py
 """
@@ -32,7 +35,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from benchlib import Stopwatch, embedded_server, ms_since, quote_ident, summary, top_functions
+from benchlib import (
+    Stopwatch,
+    count_round_trips,
+    embedded_server,
+    ms_since,
+    patched,
+    quote_ident,
+    repeat,
+    summary,
+    top_functions,
+)
 from catalog import BIG, SERVER_SETTINGS, SPREAD, Variant, build
 from mcp import Client
 from mcp.client.session import ClientSession
@@ -48,6 +61,13 @@ WARMUP = 10
 RUNS = 50
 CALLS_COUNTED = 10
 PROFILED_CALLS = 10
+# Since 3bac1ea some cases take seconds a call, so every loop also has a time budget
+# (benchlib.repeat): past it a loop stops early, with at least one timed call. A case whose
+# calls take more than SLOW_MS is counted and profiled over a single call, and one whose cold
+# raw call takes more than BUDGET_S gets no further raw calls.
+BUDGET_S = 40.0
+SLOW_MS = 2000.0
+RAW_STATEMENT_TIMEOUT_S = 600  # the plain connection's own limit; the tool's is 30 s
 
 SETTINGS = SERVER_SETTINGS | {"shared_preload_libraries": "pg_stat_statements"}
 
@@ -63,20 +83,30 @@ class Case:
     target_ms: float
 
 
-def _list(schema: str) -> tuple[str, dict[str, Any], str, tuple[Any, ...]]:
-    # The tool's defaults: include_views=True (all relkinds), no name pattern.
-    return ("list_tables", {"schema_name": schema}, catalog.LIST_TABLES,
-            (schema, catalog.RELKINDS_ALL, None))  # fmt: skip
+DEFAULT_PAGE = 1000  # list_tables' default `limit`
 
 
-def _describe(schema: str, table: str) -> tuple[str, dict[str, Any], str, tuple[Any, ...]]:
+CaseSpec = tuple[str, dict[str, Any], str, tuple[Any, ...]]  # tool, arguments, SQL, binds
+
+
+def _list(schema: str, limit: int | None = None) -> CaseSpec:
+    # The tool's defaults: include_views=True (all relkinds), no name pattern, offset 0.
+    arguments: dict[str, Any] = {"schema_name": schema}
+    if limit is not None:
+        arguments["limit"] = limit
+    return ("list_tables", arguments, catalog.LIST_TABLES,
+            (schema, catalog.RELKINDS_ALL, None, limit or DEFAULT_PAGE, 0))  # fmt: skip
+
+
+def _describe(schema: str, table: str) -> CaseSpec:
     return ("describe_table", {"schema_name": schema, "table_name": table},
             catalog.DESCRIBE_TABLE, (schema, table, True, True))  # fmt: skip
 
 
 CASES = [
     Case("list_tables: schema of 1,000 tables", SPREAD, *_list("s03"), 100),
-    Case("list_tables: schema of 10,000 tables", BIG, *_list("big"), 100),
+    Case("list_tables: 10,000-table schema, default page (1,000)", BIG, *_list("big"), 100),
+    Case("list_tables: 10,000-table schema, limit=10000 (all)", BIG, *_list("big", 10_000), 100),
     Case("describe_table s03.t500 (10 cols, 2 FKs)", SPREAD, *_describe("s03", "t500"), 20),
     Case("describe_table big.t5000 (10 cols, 2 FKs)", BIG, *_describe("big", "t5000"), 20),
 ]
@@ -86,18 +116,30 @@ CASES = [
 class Result:
     case: Case
     raw_cold: float
-    raw: tuple[float, float]
+    raw: tuple[float, float] | None  # None: only the cold call was made (see BUDGET_S)
+    raw_runs: int = 0
     tool: tuple[float, float] = (0.0, 0.0)
+    tool_runs: int = 0
+    tool_error: str = ""  # the error the tool answered with, if it did
     tool_fn: float = 0.0  # medians of the stopwatches, see time_tool
     catalog_fn: float = 0.0
     catalog_per_call: float = 0.0
     wire_per_call: float = 0.0
+    wire_critical_per_call: float = 0.0  # without the background ROLLBACK + reset
     wire_detail: str = ""
     pgss_detail: str = ""
 
     @property
     def passed(self) -> bool:
-        return self.tool[0] <= self.case.target_ms and self.catalog_per_call == 1
+        return (
+            not self.tool_error
+            and self.tool[0] <= self.case.target_ms
+            and self.catalog_per_call == 1
+        )
+
+    @property
+    def slow(self) -> bool:
+        return bool(self.tool_error) or self.tool[0] > SLOW_MS
 
 
 # --- client-side validation off -----------------------------------------------------------
@@ -113,77 +155,99 @@ ClientSession.validate_tool_result = _no_validation  # type: ignore[method-assig
 # --- timing --------------------------------------------------------------------------------
 
 
-async def time_raw(dsn: str, case: Case) -> tuple[float, list[float]]:
-    """(first call on a fresh connection, the RUNS timed calls after WARMUP)."""
-    conn = await asyncpg.connect(dsn)
+async def time_raw(dsn: str, case: Case) -> Result:
+    """The first call on a fresh connection ("cold"), then WARMUP + RUNS within BUDGET_S."""
+    conn = await asyncpg.connect(dsn, command_timeout=RAW_STATEMENT_TIMEOUT_S)
     try:
-        samples = []
-        for _ in range(1 + WARMUP + RUNS):
-            start = time.perf_counter_ns()
+        start = time.perf_counter_ns()
+        await conn.fetch(case.sql, *case.binds)
+        cold = ms_since(start)
+        if cold > BUDGET_S * 1000:
+            return Result(case, cold, None)
+
+        async def once() -> None:
             await conn.fetch(case.sql, *case.binds)
-            samples.append(ms_since(start))
-        return samples[0], samples[1 + WARMUP :]
+
+        samples = await repeat(once, warmup=WARMUP, runs=RUNS, budget_s=BUDGET_S)
+        return Result(case, cold, summary(samples), raw_runs=len(samples))
     finally:
         await conn.close()
+
+
+class ToolFailed(Exception):
+    pass
 
 
 async def call(client: Client, case: Case) -> CallToolResult:
     result = await client.call_tool(case.tool, case.arguments)
     if result.is_error:
-        raise RuntimeError(f"{case.tool} failed: {result.content}")
+        error = (result.structured_content or {}).get("error", {})
+        raise ToolFailed(f"{error.get('code')}: {error.get('message')}")
     return result
 
 
 async def time_tool(server: MCPServer[Any], case: Case, result: Result) -> str | None:
     """Time whole calls in-process, and with stopwatches the tool function (reached through
     the SDK's private tool manager) and the catalog function it calls (query + rows to dicts).
-    Fills `result`; returns a cProfile report if the median misses the target."""
+    Fills `result`; returns a cProfile report if the median misses the target. A tool error
+    on the first call is recorded and ends the case."""
     tool = server._tool_manager.get_tool(case.tool)  # private; bench only
     assert tool is not None
     in_tool, in_catalog = Stopwatch(), Stopwatch()
     tool.fn = in_tool.wrap(tool.fn)
-    real = getattr(catalog, case.tool)
-    setattr(catalog, case.tool, in_catalog.wrap(real))
-    samples = []
-    try:
+    with patched(catalog, case.tool, in_catalog.wrap):
         async with Client(server) as client:
-            check_shape(case, await call(client, case))
-            for i in range(WARMUP + RUNS):
-                start = time.perf_counter_ns()
-                await call(client, case)
-                if i >= WARMUP:
-                    samples.append(ms_since(start))
-            result.tool = summary(samples)
-            result.tool_fn, result.catalog_fn = in_tool.median(RUNS), in_catalog.median(RUNS)
+            start = time.perf_counter_ns()
+            try:
+                check_shape(case, await call(client, case))
+            except ToolFailed as exc:
+                result.tool_error = f"{exc} (after {ms_since(start) / 1000:.1f} s)"
+                return None
+            samples = await repeat(
+                lambda: call(client, case), warmup=WARMUP, runs=RUNS, budget_s=BUDGET_S
+            )
+            result.tool, result.tool_runs = summary(samples), len(samples)
+            n = len(samples)
+            result.tool_fn, result.catalog_fn = in_tool.median(n), in_catalog.median(n)
             missed = result.tool[0] > case.target_ms
-            return await profile(client, case) if missed else None
-    finally:
-        setattr(catalog, case.tool, real)
+            return (
+                await profile(client, case, 1 if result.slow else PROFILED_CALLS)
+                if missed
+                else None
+            )
 
 
 def check_shape(case: Case, result: CallToolResult) -> None:
     """The tool answered the whole thing: every table listed, every column described."""
     body = result.structured_content or {}
     if case.tool == "list_tables":
-        assert body["total_count"] == case.variant.tables_per_schema, body.get("total_count")
+        total = case.variant.tables_per_schema
+        page = min(case.arguments.get("limit", DEFAULT_PAGE), total)
+        assert body["total_count"] == total, body.get("total_count")
+        assert len(body["tables"]) == page, len(body["tables"])
+        assert body["has_more"] == (page < total), body.get("has_more")
     else:
         assert len(body["columns"]) == 10
         assert sum(c["foreign_key"] is not None for c in body["columns"]) == 2
 
 
-async def profile(client: Client, case: Case) -> str:
+async def profile(client: Client, case: Case, calls: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
-    for _ in range(PROFILED_CALLS):
+    for _ in range(calls):
         await call(client, case)
     profiler.disable()
-    return top_functions(profiler)
+    return f"cProfile of {calls} in-process call(s):\n\n" + top_functions(profiler)
 
 
-# The per-table expressions of LIST_TABLES that cost something, as written there.
+# The per-table expressions of LIST_TABLES that cost something, as written there (private
+# templates of catalog.py; bench only).
 _EXPRESSIONS = {
-    "pg_total_relation_size (size_bytes)": "pg_catalog.pg_total_relation_size(c.oid)",
-    "obj_description (description)": "pg_catalog.obj_description(c.oid, 'pg_class')",
+    "size from relpages (size_bytes)": catalog._fmt(catalog._SIZE, c="c"),
+    "pg_description join (description)": """(SELECT d.description
+        FROM pg_catalog.pg_description d WHERE d.objoid = c.oid
+        AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = 0)""",
+    "row estimate (estimated_row_count)": catalog._fmt(catalog._ROWS, c="c"),
     "column-count subquery (column_count)": """(SELECT count(*) FROM pg_catalog.pg_attribute a
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)""",
     "primary-key EXISTS (has_primary_key)": """EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
@@ -191,29 +255,52 @@ _EXPRESSIONS = {
 }
 
 
-async def expression_costs(dsn: str, case: Case) -> str:
-    """PostgreSQL execution time of each expression over the schema's tables, minus the bare
-    scan, and of the whole statement (EXPLAIN ANALYZE, TIMING OFF; best of 3 after 1)."""
-    schema = case.arguments["schema_name"]
-    scan = """SELECT c.oid{} FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = $1::text::regnamespace AND NOT c.relispartition"""
-    namespace = quote_ident(schema)
-    conn = await asyncpg.connect(dsn)
+# LIST_TABLES' `total` is a scalar subquery in the select list that references the outer
+# pg_namespace row (n.oid), so PostgreSQL runs it as a correlated SubPlan: once per output row.
+# The diagnostic variant counts through the schema name instead, which makes it an InitPlan
+# that runs once.
+_TOTAL_PER_ROW = "(SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid"
+_TOTAL_ONCE = """(SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace =
+    (SELECT n1.oid FROM pg_catalog.pg_namespace n1 WHERE n1.nspname = $1)"""
 
-    async def execution_ms(sql: str, *binds: Any) -> float:
+
+def total_once(sql: str) -> str:
+    assert sql.count(_TOTAL_PER_ROW) == 1, "LIST_TABLES changed; update the diagnostic"
+    return sql.replace(_TOTAL_PER_ROW, _TOTAL_ONCE)
+
+
+async def expression_costs(dsn: str, case: Case, slow: bool) -> str:
+    """PostgreSQL execution time of each expression over the page's tables, minus the bare
+    page scan, and of the whole statement with and without the per-row `total` (EXPLAIN
+    ANALYZE, TIMING OFF; best of 3 after 1, or a single run when `slow`)."""
+    schema = case.arguments["schema_name"]
+    limit = case.binds[3]
+    scan = """SELECT c.oid{} FROM (SELECT c.oid FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = $1::text::regnamespace AND NOT c.relispartition
+        ORDER BY c.relname LIMIT $2) page JOIN pg_catalog.pg_class c ON c.oid = page.oid"""
+    namespace = quote_ident(schema)
+    conn = await asyncpg.connect(dsn, command_timeout=RAW_STATEMENT_TIMEOUT_S)
+
+    async def execution_ms(sql: str, *binds: Any, runs: int = 4) -> float:
         explain = f"EXPLAIN (ANALYZE, TIMING OFF, SUMMARY) {sql}"
         times = []
-        for _ in range(4):
+        for _ in range(runs):
             lines = [r[0] for r in await conn.fetch(explain, *binds)]
             times.append(float(next(x for x in lines if x.startswith("Execution")).split()[2]))
-        return min(times[1:])
+        return min(times[1:] or times)
 
     try:
-        base = await execution_ms(scan.format(""), namespace)
-        lines = [f"- whole statement: {await execution_ms(case.sql, *case.binds):.0f} ms"]
-        lines.append(f"- bare scan of pg_class: {base:.0f} ms")
+        whole = await execution_ms(case.sql, *case.binds, runs=1 if slow else 4)
+        once = await execution_ms(total_once(case.sql), *case.binds)
+        base = await execution_ms(scan.format(""), namespace, limit)
+        lines = [
+            f"- whole statement: {whole:.0f} ms",
+            f"- the same with `total` counted once (InitPlan) instead of once per output row: "
+            f"{once:.0f} ms, so the per-row `total` costs {whole - once:.0f} ms",
+            f"- bare page scan of pg_class ({limit} rows): {base:.0f} ms",
+        ]
         for name, expr in _EXPRESSIONS.items():
-            cost = await execution_ms(scan.format(", " + expr), namespace) - base
+            cost = await execution_ms(scan.format(", " + expr), namespace, limit) - base
             lines.append(f"- {name}: +{cost:.0f} ms")
     finally:
         await conn.close()
@@ -222,103 +309,24 @@ async def expression_costs(dsn: str, case: Case) -> str:
 
 # --- counting round trips ------------------------------------------------------------------
 
-# asyncpg protocol methods that each make one round trip, and the argument naming the SQL.
-_WIRE_METHODS = {
-    "query": (0, "query"),  # simple-query protocol: one message, maybe several statements
-    "prepare": (1, "query"),  # Parse/Describe/Sync
-    "bind_execute": (0, "state"),  # Bind/Execute/Sync of a prepared statement
-    "bind_execute_many": (0, "state"),
-    "bind": (0, "state"),
-    "execute": (0, "state"),
-    "close_statement": (0, "state"),
-}
 
-
-def _sql_of(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    position, name = _WIRE_METHODS[method]
-    value = args[position] if len(args) > position else kwargs[name]
-    return value if isinstance(value, str) else str(value.query)
-
-
-class CountingProtocol:
-    """Stands in for an asyncpg connection's protocol and logs each round trip it makes."""
-
-    def __init__(self, inner: Any, log: list[tuple[str, str]]) -> None:
-        self._inner = inner
-        self._log = log
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if name not in _WIRE_METHODS:
-            return attr
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            self._log.append((name, _sql_of(name, args, kwargs)))
-            return await attr(*args, **kwargs)
-
-        return counted
-
-
-def describe_sql(sql: str) -> str:
-    if sql in (catalog.LIST_TABLES, catalog.DESCRIBE_TABLE):
-        return "CATALOG " + ("LIST_TABLES" if sql == catalog.LIST_TABLES else "DESCRIBE_TABLE")
-    return repr(" ".join(sql.split())[:100])
-
-
-async def count_round_trips(dsn: str, case: Case, result: Result) -> None:
-    """Run a fresh server whose pooled connections count round trips; read pg_stat_statements."""
-    log: list[tuple[str, str]] = []
-    real_connect = asyncpg.connect
-
-    async def counting_connect(*args: Any, **kwargs: Any) -> Any:
-        conn = await real_connect(*args, **kwargs)
-        conn._protocol = CountingProtocol(conn._protocol, log)
-        return conn
-
-    admin = await asyncpg.connect(dsn)
-    catalog_id = await query_id(admin, case)
-    asyncpg.connect = counting_connect
-    try:
-        server = build_server(Settings.load(database={"dsn": dsn}))
-        async with Client(server) as client:
-            for _ in range(WARMUP):  # connect, codecs, statement cache
-                await call(client, case)
-            await admin.execute("SELECT pg_stat_statements_reset()")
-            log.clear()
-            for _ in range(CALLS_COUNTED):
-                await call(client, case)
-            calls = list(log)
-    finally:
-        asyncpg.connect = real_connect
-    try:
-        rows = await admin.fetch(
-            "SELECT queryid, query, calls FROM pg_stat_statements"
-            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            " AND query !~ 'pg_stat_statements' ORDER BY calls DESC, query"
-        )
-    finally:
-        await admin.close()
-
-    per_call: dict[str, int] = {}
-    for method, sql in calls:
-        key = f"{method} {describe_sql(sql)}"
-        per_call[key] = per_call.get(key, 0) + 1
-    result.wire_per_call = len(calls) / CALLS_COUNTED
-    result.wire_detail = "; ".join(f"{n / CALLS_COUNTED:g} x {k}" for k, n in per_call.items())
-    catalog_calls = sum(r["calls"] for r in rows if r["queryid"] == catalog_id)
-    result.catalog_per_call = catalog_calls / CALLS_COUNTED
-    result.pgss_detail = "; ".join(
-        f"{r['calls'] / CALLS_COUNTED:g} x "
-        + ("CATALOG" if r["queryid"] == catalog_id else repr(" ".join(r["query"].split())[:50]))
-        for r in rows
+async def count_statements(dsn: str, case: Case, result: Result) -> None:
+    """A fresh server whose pooled connections count round trips; pg_stat_statements too.
+    A slow case is counted over one call after one warm-up call."""
+    label = "CATALOG " + ("LIST_TABLES" if case.sql == catalog.LIST_TABLES else "DESCRIBE_TABLE")
+    counts = await count_round_trips(
+        dsn,
+        build_server(Settings.load(database={"dsn": dsn})),
+        lambda client: call(client, case),
+        {label: (case.sql, case.binds)},
+        warmup=1 if result.slow else WARMUP,
+        counted=1 if result.slow else CALLS_COUNTED,
     )
-
-
-async def query_id(conn: asyncpg.Connection, case: Case) -> int:
-    """The query identifier pg_stat_statements files the case's catalog statement under."""
-    plan = await conn.fetch(f"EXPLAIN (VERBOSE) {case.sql}", *case.binds)
-    line = next(r[0] for r in plan if r[0].startswith("Query Identifier:"))
-    return int(line.split(":")[1])
+    result.wire_critical_per_call = counts.round_trips(background=False)
+    result.wire_per_call = result.wire_critical_per_call + counts.round_trips(background=True)
+    result.wire_detail = counts.wire_detail()
+    result.catalog_per_call = counts.statement_calls(label)
+    result.pgss_detail = counts.pgss_detail()
 
 
 # --- driver --------------------------------------------------------------------------------
@@ -326,35 +334,49 @@ async def query_id(conn: asyncpg.Connection, case: Case) -> int:
 
 async def run_case(dsn: str, case: Case) -> tuple[Result, list[str]]:
     """Time, count and (on a miss) diagnose one case; returns the result and report lines."""
-    cold, raw = await time_raw(dsn, case)
-    result = Result(case, cold, summary(raw))
+    result = await time_raw(dsn, case)
     profiled = await time_tool(build_server(Settings.load(database={"dsn": dsn})), case, result)
-    await count_round_trips(dsn, case, result)
-    report = [
-        f"\n## {case.label}: tool median {result.tool[0]:.1f} ms, raw SQL {result.raw[0]:.1f} ms",
-        f"wire round trips per call: {result.wire_detail}",
-        f"pg_stat_statements per call: {result.pgss_detail}",
-    ]
+    raw = f"{result.raw[0]:.1f} ms" if result.raw else f"cold only, {result.raw_cold:.0f} ms"
+    tool = result.tool_error or f"{result.tool[0]:.1f} ms"
+    report = [f"\n## {case.label}: tool median {tool}, raw SQL {raw}"]
+    if result.tool_error:
+        report.append("The tool failed; not counted (the statement is the same as the")
+        report.append("case with the default page, which is counted).")
+    else:
+        await count_statements(dsn, case, result)
+        report.append(f"wire round trips per call: {result.wire_detail}")
+        report.append(f"pg_stat_statements per call: {result.pgss_detail}")
     if profiled:
-        report.append(f"\nTarget missed. cProfile of {PROFILED_CALLS} in-process calls:\n")
-        report.append(profiled)
-        if case.tool == "list_tables":
-            report.append("Per-table expressions in PostgreSQL (EXPLAIN ANALYZE):")
-            report.append(await expression_costs(dsn, case))
+        report.append(f"\nTarget missed. {profiled}")
+    if case.tool == "list_tables" and not result.passed:
+        report.append("Per-table expressions in PostgreSQL (EXPLAIN ANALYZE):")
+        report.append(await expression_costs(dsn, case, result.slow))
     return result, report
+
+
+def _pair(value: tuple[float, float] | None, runs: int) -> str:
+    return "-" if value is None else f"{value[0]:.1f} / {value[1]:.1f} ({runs})"
 
 
 def table(results: list[Result]) -> str:
     lines = [
-        "| case | raw SQL cold (ms) | raw SQL median / p95 (ms) | tool median / p95 (ms) "
-        "| target | pass | catalog statements per call | wire round trips per call |",
+        "| case | raw SQL cold (ms) | raw SQL median / p95 (ms) (timed calls) "
+        "| tool median / p95 (ms) (timed calls) | target | pass | catalog statements per call "
+        "| wire round trips per call (on the critical path + in the background) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        tool = f"**{r.tool_error}**" if r.tool_error else _pair(r.tool, r.tool_runs)
+        counted = not r.tool_error
         lines.append(
-            f"| {r.case.label} | {r.raw_cold:.0f} | {r.raw[0]:.1f} / {r.raw[1]:.1f} "
-            f"| {r.tool[0]:.1f} / {r.tool[1]:.1f} | <= {r.case.target_ms:g} ms "
-            f"| {'yes' if r.passed else 'NO'} | {r.catalog_per_call:g} | {r.wire_per_call:g} |"
+            f"| {r.case.label} | {r.raw_cold:.0f} | {_pair(r.raw, r.raw_runs)} | {tool} "
+            f"| <= {r.case.target_ms:g} ms | {'yes' if r.passed else '**NO**'} "
+            f"| {f'{r.catalog_per_call:g}' if counted else '-'} "
+            + (
+                f"| {r.wire_critical_per_call:g} + {r.wire_per_call - r.wire_critical_per_call:g} |"
+                if counted
+                else "| - |"
+            )
         )
     return "\n".join(lines)
 
@@ -366,7 +388,9 @@ def split_table(results: list[Result]) -> str:
         "|---|---|---|---|---|",
     ]
     for r in results:
-        cells = (r.tool[0], r.tool_fn, r.catalog_fn, r.raw[0])
+        if r.tool_error:
+            continue
+        cells = (r.tool[0], r.tool_fn, r.catalog_fn, r.raw[0] if r.raw else r.raw_cold)
         lines.append(f"| {r.case.label} | " + " | ".join(f"{x:.1f}" for x in cells) + " |")
     return "\n".join(lines)
 
@@ -387,12 +411,13 @@ async def bench(pg: EmbeddedPostgres) -> None:
         results.append(result)
         print("\n".join(report), flush=True)
     load_after = os.getloadavg()[0]
-    print(f"\n{WARMUP} warm-up calls, then {RUNS} timed calls per cell; in-process client with")
-    print("output validation off. 1-minute load average "
-          f"{load_before:.2f} before, {load_after:.2f} after.\n")  # fmt: skip
+    print(f"\n{WARMUP} warm-up calls, then up to {RUNS} timed calls per cell, within a budget of")
+    print(f"{BUDGET_S:g} s; in-process client with output validation off. 1-minute load average")
+    print(f"{load_before:.2f} before, {load_after:.2f} after.\n")
     print(table(results))
     print("\nMedians (ms): whole in-process call > tool function (pool checkout, BEGIN, catalog")
-    print("function, ROLLBACK, pydantic models) > catalog function (the statement, rows to dicts);")
+    print("function, pydantic models; the ROLLBACK runs after, in the background) > catalog")
+    print("function (the statement, rows to dicts);")
     print("the SQL alone on a plain connection for comparison.\n")
     print(split_table(results))
 

@@ -1,4 +1,5 @@
-"""Shared by the bench scripts: a throwaway PostgreSQL 18, timing summaries, profile tables.
+"""Shared by the bench scripts: a throwaway PostgreSQL 18, timing summaries, profile tables,
+and counting the statements and wire round trips a tool call makes.
 
 The server is `pg_mcp_server.embedded.EmbeddedPostgres` (unix socket, superuser `postgres`,
 trust), stopped and deleted when the `with` block ends. `settings` are applied with ALTER SYSTEM
@@ -17,10 +18,13 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+from mcp import Client
 
+from pg_mcp_server.database import engine
 from pg_mcp_server.embedded import EmbeddedPostgres
 
 
@@ -92,6 +96,28 @@ def summary(samples_ms: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), p95
 
 
+async def repeat(
+    fn: Callable[[], Awaitable[Any]], *, warmup: int, runs: int, budget_s: float
+) -> list[float]:
+    """`warmup` untimed calls, then up to `runs` timed ones (ms). A slow `fn` gets fewer: the
+    warm-up ends once it has taken budget_s / 4, the timed calls once they have taken
+    budget_s; there is always at least one timed call."""
+    deadline = time.monotonic() + budget_s / 4
+    for _ in range(warmup):
+        if time.monotonic() > deadline:
+            break
+        await fn()
+    samples: list[float] = []
+    deadline = time.monotonic() + budget_s
+    for _ in range(runs):
+        start = time.perf_counter_ns()
+        await fn()
+        samples.append(ms_since(start))
+        if time.monotonic() > deadline:
+            break
+    return samples
+
+
 def top_functions(source: str | cProfile.Profile, cumulative: bool = True) -> str:
     """cProfile's top 12 functions by own time; with `cumulative`, also the top 15 of ours and
     the SDK's by cumulative time (time spent waiting on PostgreSQL or a pipe shows up as
@@ -104,8 +130,20 @@ def top_functions(source: str | cProfile.Profile, cumulative: bool = True) -> st
     return out.getvalue()
 
 
+@contextmanager
+def patched(target: Any, name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    """`target.name` replaced by `wrap(target.name)` inside the block (bench process only)."""
+    real = getattr(target, name)
+    setattr(target, name, wrap(real))
+    try:
+        yield
+    finally:
+        setattr(target, name, real)
+
+
 class Stopwatch:
-    """Wraps async functions and records how long each call takes (ms)."""
+    """Wraps functions (async: `wrap`, plain: `wrap_sync`) and records how long each call
+    takes (ms)."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
@@ -121,5 +159,161 @@ class Stopwatch:
 
         return timed
 
+    def wrap_sync(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.samples.append(ms_since(start))
+
+        return timed
+
     def median(self, last: int) -> float:
         return summary(self.samples[-last:])[0]
+
+
+# --- counting statements and round trips ---------------------------------------------------
+
+# asyncpg protocol methods that each make one round trip, and the argument naming the SQL.
+_WIRE_METHODS = {
+    "query": (0, "query"),  # simple-query protocol: one message, maybe several statements
+    "prepare": (1, "query"),  # Parse/Describe/Sync
+    "bind_execute": (0, "state"),  # Bind/Execute/Sync of a prepared statement
+    "bind_execute_many": (0, "state"),
+    "bind": (0, "state"),
+    "execute": (0, "state"),  # a portal fetch (cursor)
+    "close_statement": (0, "state"),
+}
+
+
+def _sql_of(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    position, name = _WIRE_METHODS[method]
+    value = args[position] if len(args) > position else kwargs[name]
+    return value if isinstance(value, str) else str(value.query)
+
+
+class CountingProtocol:
+    """Stands in for an asyncpg connection's protocol and logs each round trip it makes."""
+
+    def __init__(self, inner: Any, log: list[tuple[str, str]]) -> None:
+        self._inner = inner
+        self._log = log
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in _WIRE_METHODS:
+            return attr
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self._log.append((name, _sql_of(name, args, kwargs)))
+            return await attr(*args, **kwargs)
+
+        return counted
+
+
+def in_background(sql: str) -> bool:
+    """The engine's release (ROLLBACK + reset) runs in a task after the tool has returned."""
+    return sql == engine._END  # private; bench only
+
+
+async def query_id(conn: asyncpg.Connection, sql: str, *binds: Any) -> int:
+    """The query identifier pg_stat_statements files `sql` under."""
+    plan = await conn.fetch(f"EXPLAIN (VERBOSE) {sql}", *binds)
+    line = next(r[0] for r in plan if r[0].startswith("Query Identifier:"))
+    return int(line.split(":")[1])
+
+
+SETTLE_S = 0.2  # lets the last call's background release finish before the log is read
+
+
+@dataclass
+class Counts:
+    """What `counted` tool calls sent: the wire log and pg_stat_statements, per call."""
+
+    counted: int
+    labels: dict[str, str]  # SQL text -> label, for the statements of interest
+    ids: dict[int, str]  # pg_stat_statements query id -> label
+    wire: list[tuple[str, str]] = field(default_factory=list)  # (protocol method, SQL)
+    pgss: list[dict[str, Any]] = field(default_factory=list)  # queryid, query, calls
+
+    def round_trips(self, background: bool) -> float:
+        """Wire round trips per call, on the critical path or (True) in the background."""
+        return sum(in_background(sql) == background for _, sql in self.wire) / self.counted
+
+    def statement_calls(self, label: str) -> float:
+        """Executions per call of the labelled statement, as pg_stat_statements counts them."""
+        calls = sum(int(r["calls"]) for r in self.pgss if self.ids.get(r["queryid"]) == label)
+        return calls / self.counted
+
+    def _name(self, sql: str) -> str:
+        if sql in self.labels:
+            return self.labels[sql]
+        text = repr(" ".join(sql.split())[:100])
+        return f"(background, after the answer) {text}" if in_background(sql) else text
+
+    def wire_detail(self) -> str:
+        per_call: dict[str, int] = {}
+        for method, sql in self.wire:
+            key = f"{method} {self._name(sql)}"
+            per_call[key] = per_call.get(key, 0) + 1
+        return "; ".join(f"{n / self.counted:g} x {k}" for k, n in per_call.items())
+
+    def pgss_detail(self) -> str:
+        return "; ".join(
+            f"{r['calls'] / self.counted:g} x "
+            + self.ids.get(r["queryid"], repr(" ".join(r["query"].split())[:50]))
+            for r in self.pgss
+        )
+
+
+async def count_round_trips(
+    dsn: str,
+    server: Any,
+    call: Callable[[Client], Awaitable[Any]],
+    statements: dict[str, tuple[str, tuple[Any, ...]]],
+    *,
+    warmup: int,
+    counted: int,
+) -> Counts:
+    """Make `warmup` then `counted` calls through `Client(server)` (a server built for this:
+    its pool is opened here) while every connection it opens logs its round trips, with
+    pg_stat_statements reset after the warm-up. `statements` maps a label to (SQL, binds) of
+    each statement of interest (binds only to find its query id). The database needs the
+    pg_stat_statements extension, and the server must be started with it preloaded."""
+    counts = Counts(counted, {sql: label for label, (sql, _) in statements.items()}, {})
+    real_connect = asyncpg.connect
+
+    async def counting_connect(*args: Any, **kwargs: Any) -> Any:
+        conn = await real_connect(*args, **kwargs)
+        conn._protocol = CountingProtocol(conn._protocol, counts.wire)
+        return conn
+
+    admin = await asyncpg.connect(dsn)
+    try:
+        for label, (sql, binds) in statements.items():
+            counts.ids[await query_id(admin, sql, *binds)] = label
+        asyncpg.connect = counting_connect
+        try:
+            async with Client(server) as client:
+                for _ in range(warmup):  # connect, codecs, statement cache, caches
+                    await call(client)
+                await asyncio.sleep(SETTLE_S)
+                await admin.execute("SELECT pg_stat_statements_reset()")
+                counts.wire.clear()
+                for _ in range(counted):
+                    await call(client)
+                await asyncio.sleep(SETTLE_S)
+                counts.wire = list(counts.wire)
+        finally:
+            asyncpg.connect = real_connect
+        rows = await admin.fetch(
+            "SELECT queryid, query, calls FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND query !~ 'pg_stat_statements' ORDER BY calls DESC, query"
+        )
+        counts.pgss = [dict(r) for r in rows]
+    finally:
+        await admin.close()
+    return counts

@@ -1,12 +1,15 @@
-"""`pg-mcp-server --dsn DSN` over stdio, plus one constant tool, for bench_stdio.py.
+"""`pg-mcp-server --dsn DSN` over stdio, plus bench tools, for bench_stdio.py / bench_query.py.
 
-Settings, logging and build_server are exactly what the console script uses; the one addition
-is `bench_constant`, an async tool that touches no database and returns an int (so it has an
-output schema and structured content too). Timing it next to describe_table on the same
-process isolates what a real tool adds on top of the MCP stdio round trip.
+Settings, logging and build_server are exactly what the console script uses; the additions are
+`bench_constant`, an async tool that touches no database and returns an int (so it has an
+output schema and structured content too), and `bench_memory`, which reports this process's
+resident set size now and at its peak (VmRSS / VmHWM from /proc/self/status). Timing
+bench_constant next to a real tool on the same process isolates what the tool adds on top of
+the MCP stdio round trip.
 
 With `--profile PATH` it also has `bench_profile(action)`: "start" turns cProfile on, "stop"
 turns it off and writes the stats to PATH, so only the calls in between are profiled.
+`--max-result-bytes N` sets MCP_MAX_RESULT_BYTES (execute_query's cap on row JSON).
 
 Run (normally spawned by bench_stdio.py): uv run python bench/stdio_server.py --dsn DSN
 """
@@ -30,6 +33,13 @@ async def bench_constant() -> int:
     return 42
 
 
+async def bench_memory() -> dict[str, int]:
+    """This process's resident set size in kB: now (VmRSS) and peak (VmHWM)."""
+    with open("/proc/self/status") as status:
+        fields = dict(line.split(":", 1) for line in status)
+    return {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+
+
 def profile_tool(path: str) -> Callable[[Literal["start", "stop"]], Awaitable[str]]:
     profiler = cProfile.Profile()
 
@@ -49,6 +59,7 @@ def bench_server(settings: Settings, profile: str | None = None) -> MCPServer[An
     """build_server(settings) as the console script does, plus the bench tools."""
     server = build_server(settings)
     server.add_tool(bench_constant, name="bench_constant", description="Return 42 (benchmark).")
+    server.add_tool(bench_memory, name="bench_memory", description="RSS of this process (kB).")
     if profile:
         server.add_tool(profile_tool(profile), name="bench_profile")
     return server
@@ -58,8 +69,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description="pg-mcp-server over stdio plus bench_constant")
     p.add_argument("--dsn", required=True, help="PostgreSQL connection URI")
     p.add_argument("--profile", metavar="PATH", help="add bench_profile, writing stats to PATH")
+    p.add_argument("--max-result-bytes", type=int, help="MCP_MAX_RESULT_BYTES")
     args = p.parse_args()
-    settings = Settings.load(database={"dsn": args.dsn})
+    settings = Settings.load(
+        database={"dsn": args.dsn}, server={"max_result_bytes": args.max_result_bytes}
+    )
     configure_logging(settings.server.log_level, settings.server.log_format)
     bench_server(settings, args.profile).run("stdio")
 

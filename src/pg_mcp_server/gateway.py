@@ -106,9 +106,9 @@ class Gateway:
             self.in_flight -= 1
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the SDK app, cancelled if the client goes away: a dropped request must not leave
-        its query running. The body is read first (so the connection can then be watched for
-        `http.disconnect`) and replayed to the app."""
+        """Run the SDK app; if the client goes away meanwhile, cancel the request's queries (a
+        dropped request must not leave them running). The body is read first, so that the
+        connection can then be watched for `http.disconnect`, and replayed to the app."""
         body: list[Message] = []
         size = 0
         while True:
