@@ -20,7 +20,7 @@ import asyncpg
 
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
-from pg_mcp_server.database.values import row_to_json
+from pg_mcp_server.database.values import REDACTED, converter_for
 
 # Readable names for the types asyncpg reports by their internal names.
 _TYPE_NAMES = {
@@ -51,6 +51,20 @@ class _Element:
     name: str
     kind: str = "scalar"
     schema: str = "pg_catalog"
+
+
+def _redact(value: Any) -> Any:
+    return REDACTED
+
+
+def _within(rows: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
+    """The longest prefix of rows whose JSON fits in max_bytes (always at least one row)."""
+    size = 2
+    for n, row in enumerate(rows):
+        size += len(json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=str)) + 1
+        if size > max_bytes:
+            return rows[: max(n, 1)]
+    return rows
 
 
 def query_hash(sql: str) -> str:
@@ -108,25 +122,28 @@ async def run_query(
     notes: list[str] = []
     if names != [a.name for a in attributes]:
         notes.append("duplicate column names were made unique (name_2, ...)")
+    # One conversion per column, decided once: redaction, or what the type needs.
+    hidden = {n for n in names if sensitive is not None and sensitive.search(n)}
+    converters = [
+        _redact if name in hidden else converter_for(a.type.name, a.type.kind)
+        for name, a in zip(names, attributes, strict=True)
+    ]
     has_more = len(records) > limit
-    rows: list[dict[str, Any]] = []
-    redacted: set[str] = set()
-    size = 2
-    for record in records[:limit]:
-        row, hidden, _ = row_to_json(record, sensitive, keys=names)
-        size += len(json.dumps(row, separators=(",", ":"))) + 1
-        if size > max_bytes and rows:
-            has_more = True
-            notes.append(
-                f"cut after {len(rows)} rows at the {max_bytes}-byte result limit; "
-                "select fewer columns or rows"
-            )
-            break
-        rows.append(row)
-        redacted |= hidden
-    else:
-        if has_more:
-            notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
+    rows = [
+        {k: (None if v is None else f(v)) for k, f, v in zip(names, converters, r, strict=True)}
+        for r in records[:limit]
+    ]
+    if has_more:
+        notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
+    size = len(json.dumps(rows, separators=(",", ":"), ensure_ascii=False, default=str))
+    if size > max_bytes:
+        rows = _within(rows, max_bytes)
+        has_more = True
+        notes.append(
+            f"cut after {len(rows)} rows at the {max_bytes}-byte result limit; "
+            "select fewer columns or rows"
+        )
+    redacted = {n for n in hidden if any(r[n] is not None for r in rows)}
     if redacted:
         notes.append("redacted sensitive columns: " + ", ".join(sorted(redacted)))
     return QueryResult(

@@ -76,6 +76,57 @@ def to_json(value: Any) -> Any:
     return str(value)
 
 
+def _identity(value: Any) -> Any:
+    return value
+
+
+# Types whose driver values are already JSON-safe (json/jsonb are decoded from JSON text).
+_AS_IS = frozenset(
+    {
+        "int2",
+        "int4",
+        "int8",
+        "oid",
+        "text",
+        "varchar",
+        "bpchar",
+        "name",
+        "char",
+        "bool",
+        "json",
+        "jsonb",
+        "citext",
+        "interval",
+        "money",
+        "xml",
+    }
+)
+
+
+def _temporal(value: Any) -> Any:
+    # Only the infinities map to the extremes the driver uses for them.
+    if 1 < value.year < 9999:
+        return value.isoformat()
+    return _INFINITE.get(value, value.isoformat())
+
+
+_CONVERTERS = {
+    "timestamptz": _temporal,
+    "timestamp": _temporal,
+    "date": _temporal,
+    "numeric": _decimal,
+}
+
+
+def converter_for(type_name: str, kind: str) -> Any:
+    """The conversion for every value of a column of this type, chosen once per column."""
+    if kind != "scalar":
+        return to_json
+    if type_name in _AS_IS:
+        return _identity
+    return _CONVERTERS.get(type_name, to_json)
+
+
 def row_to_json(
     record: asyncpg.Record,
     sensitive: re.Pattern[str] | None,

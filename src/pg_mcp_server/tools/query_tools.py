@@ -14,8 +14,8 @@ from pg_mcp_server.database import catalog
 from pg_mcp_server.database.plans import explain
 from pg_mcp_server.database.queries import query_hash, run_query
 from pg_mcp_server.errors import TableNotFoundError
-from pg_mcp_server.models.results import ExecuteQueryOutput, ExplainQueryOutput, QueryColumn
-from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok
+from pg_mcp_server.models.results import ExecuteQueryOutput, ExplainQueryOutput
+from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
 
 EXECUTE_QUERY = """Run one read-only SQL query and return its rows as JSON.
 
@@ -107,16 +107,17 @@ def query_tools() -> list[PgTool]:
                 )
         except TableNotFoundError as exc:
             raise await _suggest(app, exc) from None
-        return ok(
-            ExecuteQueryOutput(
-                columns=[QueryColumn(name=n, data_type=t) for n, t in result.columns],
-                rows=result.rows,
-                row_count=len(result.rows),
-                has_more=result.has_more,
-                execution_time_ms=round(result.elapsed_ms, 3),
-                query_hash=query_hash(sql),
-                note="; ".join(result.notes) or None,
-            )
+        # The ExecuteQueryOutput fields, as plain JSON (see ok_json).
+        return ok_json(
+            {
+                "columns": [{"name": n, "data_type": t} for n, t in result.columns],
+                "rows": result.rows,
+                "row_count": len(result.rows),
+                "has_more": result.has_more,
+                "execution_time_ms": round(result.elapsed_ms, 3),
+                "query_hash": query_hash(sql),
+                "note": "; ".join(result.notes) or None,
+            }
         )
 
     async def explain_query(

@@ -9,6 +9,7 @@ never to the client). Successful results carry the output model twice, as the sp
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,16 @@ def ok(output: BaseModel) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=output.model_dump_json())],
         structured_content=output.model_dump(mode="json"),
+    )
+
+
+def ok_json(structured: dict[str, Any]) -> CallToolResult:
+    """For large results already made of JSON values (query rows): one encoding instead of a
+    model's validate, dump and dump-to-JSON. The SDK still checks the result against the
+    tool's output schema."""
+    text = json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=structured
     )
 
 
