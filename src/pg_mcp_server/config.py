@@ -138,7 +138,7 @@ class ServerSettings(BaseSettings):
         description="Most rows execute_query returns in one call; callers may ask for fewer",
     )
     max_result_bytes: int = Field(
-        default=1_000_000,
+        default=4_000_000,
         ge=1024,
         description="Most bytes of row JSON execute_query returns; further rows are cut",
     )

@@ -98,9 +98,12 @@ _LISTED = """c.relnamespace = n.oid AND c.relkind::text = ANY($2::text[])
 # nothing is on the page there is one row of NULLs (the LEFT JOINs), with the total; when the
 # schema does not exist there is no row at all.
 LIST_TABLES = f"""
-SELECT t.*, pg_catalog.pg_size_pretty(t.size_bytes) AS size_pretty,
-       (SELECT count(*) FROM pg_catalog.pg_class c WHERE {_LISTED})::int AS total
+SELECT t.*, pg_catalog.pg_size_pretty(t.size_bytes) AS size_pretty, counted.total
 FROM pg_catalog.pg_namespace n
+-- Counted once for the schema (in the select list it would run once per row).
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS total FROM pg_catalog.pg_class c WHERE {_LISTED}
+) counted
 LEFT JOIN LATERAL (
     SELECT c.oid FROM pg_catalog.pg_class c WHERE {_LISTED}
     ORDER BY c.relname LIMIT $4 OFFSET $5

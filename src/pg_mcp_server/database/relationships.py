@@ -83,7 +83,7 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
 # One round trip: the two tables' oids, the fingerprint, and the whole graph only when the
 # fingerprint differs from the cached one ($1).
 GRAPH = f"""
-WITH fp AS (SELECT {_FINGERPRINT} AS fingerprint)
+WITH fp AS MATERIALIZED (SELECT {_FINGERPRINT} AS fingerprint)  -- computed once, not inlined
 SELECT fp.fingerprint,
        {_OID.format(s=2, t=3)} AS from_oid,
        {_OID.format(s=4, t=5)} AS to_oid,
