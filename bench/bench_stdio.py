@@ -35,6 +35,7 @@ from typing import Any
 
 from benchlib import (
     Stopwatch,
+    count_round_trips,
     create_database,
     embedded_server,
     ms_since,
@@ -56,6 +57,7 @@ WARMUP = 20
 RUNS = 200
 PROFILED_CALLS = 200
 FIRST_CALL_RUNS = 5
+COUNTED_CALLS = 10
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGILA = ROOT.parent / "shared" / "datasets" / "pagila"
@@ -180,7 +182,30 @@ async def in_process(dsn: str) -> tuple[str, list[str]]:
         "checkout, BEGIN + SET LOCAL, pydantic",
         f"- bench_constant: whole call {whole[CONSTANT[0]]:.2f} ms",
     ]
+    for measured in (DESCRIBE, EXECUTE):
+        split.append(await round_trips(dsn, measured))
     return row("in-process (no transport), validation off", samples, False, judged=False), split
+
+
+async def round_trips(dsn: str, tool: Tool) -> str:
+    """Wire round trips per call of `tool` on a fresh in-process server (see benchlib)."""
+
+    async def one(client: Client) -> None:
+        await call(client, tool)
+
+    counts = await count_round_trips(
+        dsn,
+        bench_server(Settings.load(database={"dsn": dsn})),
+        one,
+        {"CATALOG DESCRIBE_TABLE": (catalog.DESCRIBE_TABLE, ())},
+        warmup=WARMUP,
+        counted=COUNTED_CALLS,
+        pgss=False,
+    )
+    return (
+        f"- {tool[0]}: {counts.round_trips(False):g} wire round trips per call on the "
+        f"critical path + {counts.round_trips(True):g} in the background: {counts.wire_detail()}"
+    )
 
 
 async def first_execute(dsn: str) -> str:

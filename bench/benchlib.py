@@ -13,6 +13,7 @@ import asyncio
 import cProfile
 import functools
 import io
+import json
 import pstats
 import statistics
 import time
@@ -116,6 +117,37 @@ async def repeat(
         if time.monotonic() > deadline:
             break
     return samples
+
+
+_SHOWN_NODES = ("Seq Scan", "Index Scan", "Index Only Scan", "Bitmap Heap Scan", "Hash", "Sort")
+
+
+async def plan_hotspots(conn: asyncpg.Connection, sql: str, *binds: Any, top: int = 6) -> str:
+    """EXPLAIN (ANALYZE, FORMAT JSON) of `sql`: execution time, and the `top` scan, hash and
+    sort nodes by their time including their children (per-loop time x loops; under a Gather,
+    the per-process average, so roughly wall time), each with its relation and rows."""
+    plan_json = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *binds)
+    doc = json.loads(plan_json) if isinstance(plan_json, str) else plan_json
+    nodes: list[tuple[float, str]] = []
+
+    def visit(node: dict[str, Any], parallel: bool) -> None:
+        loops = node.get("Actual Loops", 0) or 0
+        kind = node["Node Type"]
+        if kind in _SHOWN_NODES and loops:
+            wall = float(node["Actual Total Time"]) * (1 if parallel else loops)
+            label = ("Parallel " if node.get("Parallel Aware") else "") + kind
+            if "Relation Name" in node:
+                label += f" on {node['Relation Name']}"
+            rows = node.get("Actual Rows", 0) * loops
+            nodes.append((wall, f"{label}: {rows:,.0f} rows in {loops} loop(s)"))
+        for child in node.get("Plans", []):
+            visit(child, parallel or kind in ("Gather", "Gather Merge"))
+
+    visit(doc[0]["Plan"], False)
+    nodes.sort(reverse=True)
+    lines = [f"  execution {doc[0]['Execution Time']:.1f} ms; slowest scans, hashes and sorts:"]
+    lines += [f"  - {ms:.1f} ms: {what}" for ms, what in nodes[:top]]
+    return "\n".join(lines)
 
 
 def top_functions(source: str | cProfile.Profile, cumulative: bool = True) -> str:
@@ -276,12 +308,14 @@ async def count_round_trips(
     *,
     warmup: int,
     counted: int,
+    pgss: bool = True,
 ) -> Counts:
     """Make `warmup` then `counted` calls through `Client(server)` (a server built for this:
     its pool is opened here) while every connection it opens logs its round trips, with
     pg_stat_statements reset after the warm-up. `statements` maps a label to (SQL, binds) of
-    each statement of interest (binds only to find its query id). The database needs the
-    pg_stat_statements extension, and the server must be started with it preloaded."""
+    each statement of interest (binds only to find its query id). With `pgss` the database
+    needs the pg_stat_statements extension, and the server must be started with it preloaded;
+    without, only the wire is counted."""
     counts = Counts(counted, {sql: label for label, (sql, _) in statements.items()}, {})
     real_connect = asyncpg.connect
 
@@ -293,14 +327,16 @@ async def count_round_trips(
     admin = await asyncpg.connect(dsn)
     try:
         for label, (sql, binds) in statements.items():
-            counts.ids[await query_id(admin, sql, *binds)] = label
+            if pgss:
+                counts.ids[await query_id(admin, sql, *binds)] = label
         asyncpg.connect = counting_connect
         try:
             async with Client(server) as client:
                 for _ in range(warmup):  # connect, codecs, statement cache, caches
                     await call(client)
                 await asyncio.sleep(SETTLE_S)
-                await admin.execute("SELECT pg_stat_statements_reset()")
+                if pgss:
+                    await admin.execute("SELECT pg_stat_statements_reset()")
                 counts.wire.clear()
                 for _ in range(counted):
                     await call(client)
@@ -308,6 +344,8 @@ async def count_round_trips(
                 counts.wire = list(counts.wire)
         finally:
             asyncpg.connect = real_connect
+        if not pgss:
+            return counts
         rows = await admin.fetch(
             "SELECT queryid, query, calls FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
