@@ -97,11 +97,11 @@ class Database:
                 conn = await _driver_connection(sa_conn)
                 await conn.execute(_BEGIN.format(ms=ms))
                 return sa_conn, conn
-            except Exception as exc:
-                await sa_conn.invalidate()
-                await sa_conn.close()
-                lost = isinstance(translate(exc), DatabaseConnectionError)
-                if attempt == 2 or not lost:
+            except Exception:
+                # Whatever went wrong (closed socket, a terminated backend, a driver left in
+                # a bad state), this connection is done for; a new one gets one more try.
+                await _discard(sa_conn)
+                if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
@@ -180,8 +180,16 @@ async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
             return
     except Exception:
         logger.warning("rollback failed; discarding the connection", exc_info=True)
-    await sa_conn.invalidate()
-    await sa_conn.close()
+    await _discard(sa_conn)
+
+
+async def _discard(sa_conn: AsyncConnection) -> None:
+    """Drop a connection from the pool; closing a broken one must not raise in turn."""
+    try:
+        await sa_conn.invalidate()
+        await sa_conn.close()
+    except Exception:
+        logger.debug("discarding a broken connection raised", exc_info=True)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -246,7 +254,8 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
             err,
             asyncpg.PostgresConnectionError
             | asyncpg.OperatorInterventionError
-            | asyncpg.TooManyConnectionsError,
+            | asyncpg.TooManyConnectionsError
+            | asyncpg.InternalClientError,
         ) or (isinstance(err, asyncpg.InterfaceError) and "connection" in str(err).lower()):
             return DatabaseConnectionError("The database connection was lost or refused.")
         if isinstance(err, asyncpg.IndeterminateDatatypeError):
