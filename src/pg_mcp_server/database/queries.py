@@ -113,8 +113,13 @@ async def run_query(
     started = time.perf_counter()
     stmt = await conn.prepare(sql)
     args = bind(params, stmt.get_parameters())
-    cursor = await stmt.cursor(*args)
-    records = await cursor.fetch(limit + 1)
+    # Iterating with prefetch sends Bind and Execute (row limit limit+1) in one round trip;
+    # the portal is left unread beyond that and goes with the rolled-back transaction.
+    records: list[asyncpg.Record] = []
+    async for record in stmt.cursor(*args, prefetch=limit + 1):
+        records.append(record)
+        if len(records) > limit:
+            break
     elapsed_ms = (time.perf_counter() - started) * 1000
 
     attributes = stmt.get_attributes()
