@@ -23,7 +23,7 @@ RELKINDS_ALL = ["r", "p", "f", "v", "m"]
 _TYPE_LABEL = """CASE {c}.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
     WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' WHEN 'f' THEN 'foreign table' END"""
 
-_FK_ACTION = """CASE {a} WHEN 'a' THEN 'NO ACTION' WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE'
+FK_ACTION = """CASE {a} WHEN 'a' THEN 'NO ACTION' WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE'
     WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' END"""
 
 # Row estimate: planner statistics; a never-analyzed table (reltuples = -1) falls back to the
@@ -69,10 +69,6 @@ _PARTITIONS = """CASE WHEN {c}.relkind = 'p' THEN ARRAY(
     WHERE i.inhparent = {c}.oid ORDER BY ch.relname) END"""
 
 
-def _fmt(template: str, **names: str) -> str:
-    return template.format(**names)
-
-
 LIST_SCHEMAS = """
 SELECT n.nspname AS name,
        pg_catalog.pg_get_userbyid(n.nspowner) AS owner,
@@ -110,15 +106,15 @@ LEFT JOIN LATERAL (
 ) page ON true
 LEFT JOIN LATERAL (
     SELECT c.relname AS name,
-           {_fmt(_TYPE_LABEL, c="c")} AS type,
+           {_TYPE_LABEL.format(c="c")} AS type,
            d.description,
-           {_fmt(_ROWS, c="c")} AS estimated_row_count,
-           {_fmt(_SIZE, c="c")} AS size_bytes,
+           {_ROWS.format(c="c")} AS estimated_row_count,
+           {_SIZE.format(c="c")} AS size_bytes,
            EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                    WHERE k.conrelid = c.oid AND k.contype = 'p') AS has_primary_key,
            (SELECT count(*) FROM pg_catalog.pg_attribute a
             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)::int AS column_count,
-           {_fmt(_PARTITIONS, c="c")} AS partitions
+           {_PARTITIONS.format(c="c")} AS partitions
     FROM pg_catalog.pg_class c
     LEFT JOIN pg_catalog.pg_description d
       ON d.objoid = c.oid AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = 0
@@ -144,8 +140,8 @@ pk AS (
 fk AS (
     SELECT k.conname, u.attnum, u.ord, rn.nspname AS ref_schema, rc.relname AS ref_table,
            ra.attname AS ref_column,
-           {_fmt(_FK_ACTION, a="k.confupdtype")} AS on_update,
-           {_fmt(_FK_ACTION, a="k.confdeltype")} AS on_delete
+           {FK_ACTION.format(a="k.confupdtype")} AS on_update,
+           {FK_ACTION.format(a="k.confdeltype")} AS on_delete
     FROM rel
     JOIN pg_catalog.pg_constraint k ON k.conrelid = rel.oid AND k.contype = 'f'
     CROSS JOIN LATERAL unnest(k.conkey, k.confkey) WITH ORDINALITY AS u(attnum, refnum, ord)
@@ -182,7 +178,7 @@ col AS (
 SELECT json_build_object(
     'table_name', rel.relname,
     'schema_name', rel.nspname,
-    'type', {_fmt(_TYPE_LABEL, c="rel")},
+    'type', {_TYPE_LABEL.format(c="rel")},
     'description', pg_catalog.obj_description(rel.oid, 'pg_class'),
     'columns', (SELECT coalesce(json_agg(json_build_object(
         'name', col.attname,
@@ -254,9 +250,9 @@ SELECT json_build_object(
         LEFT JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
         LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
         WHERE k.conrelid = rel.oid AND k.contype IN ('p', 'u', 'f', 'c', 'x')) END,
-    'estimated_row_count', {_fmt(_ROWS, c="rel")},
-    'size_pretty', pg_catalog.pg_size_pretty({_fmt(_SIZE, c="rel")}),
-    'partitions', {_fmt(_PARTITIONS, c="rel")},
+    'estimated_row_count', {_ROWS.format(c="rel")},
+    'size_pretty', pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}),
+    'partitions', {_PARTITIONS.format(c="rel")},
     'partition_key', CASE WHEN rel.relkind = 'p'
         THEN pg_catalog.pg_get_partkeydef(rel.oid) END,
     'partition_of', CASE WHEN rel.relispartition THEN (
@@ -275,7 +271,7 @@ FROM rel
 # What get_sample_rows needs before it can build its SELECT.
 TABLE_SHAPE = f"""
 SELECT c.relkind::text AS relkind, c.relispopulated, c.relpages,
-       {_fmt(_ROWS, c="c")} AS estimated_rows,
+       {_ROWS.format(c="c")} AS estimated_rows,
        ARRAY(SELECT a.attname FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              ORDER BY a.attnum) AS columns,

@@ -31,26 +31,18 @@ _TYPE_NAMES = {
     "float8": "double precision",
     "bool": "boolean",
     "bpchar": "character",
-    "varchar": "varchar",
-    "timestamptz": "timestamptz",
-    "timetz": "timetz",
 }
 
 
 def type_name(typ: Any) -> str:
+    """A readable, schema-qualified (outside pg_catalog) name for an asyncpg `Type`."""
     name: str = typ.name
-    if name.endswith("[]"):  # asyncpg names arrays by their element: "int4[]"
-        return type_name(_Element(name[:-2], schema=typ.schema)) + "[]"
+    suffix = ""
+    while name.endswith("[]"):  # asyncpg names arrays by their element: "int4[]"
+        name, suffix = name[:-2], suffix + "[]"
     base = _TYPE_NAMES.get(name, name)
-    schema = getattr(typ, "schema", "pg_catalog") or "pg_catalog"
-    return base if schema == "pg_catalog" else f"{schema}.{base}"
-
-
-@dataclass
-class _Element:
-    name: str
-    kind: str = "scalar"
-    schema: str = "pg_catalog"
+    schema = getattr(typ, "schema", None) or "pg_catalog"
+    return (base if schema == "pg_catalog" else f"{schema}.{base}") + suffix
 
 
 def _redact(value: Any) -> Any:

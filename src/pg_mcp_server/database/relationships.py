@@ -14,9 +14,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
-
-_FK_ACTION = """CASE {a} WHEN 'a' THEN 'NO ACTION' WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE'
-    WHEN 'n' THEN 'SET NULL' WHEN 'd' THEN 'SET DEFAULT' END"""
+from pg_mcp_server.database.catalog import FK_ACTION
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""
@@ -30,8 +28,8 @@ SELECT DISTINCT ON (src.oid, dst.oid, from_columns, to_columns)
        ARRAY(SELECT a.attname FROM unnest(k.confkey) WITH ORDINALITY AS u(n, o)
              JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.n
              ORDER BY u.o) AS to_columns,
-       {_FK_ACTION.format(a="k.confupdtype")} AS on_update,
-       {_FK_ACTION.format(a="k.confdeltype")} AS on_delete,
+       {FK_ACTION.format(a="k.confupdtype")} AS on_update,
+       {FK_ACTION.format(a="k.confdeltype")} AS on_delete,
        NOT EXISTS (SELECT 1 FROM unnest(k.conkey) AS u(n)
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
                    WHERE NOT a.attnotnull) AS not_null
