@@ -260,11 +260,11 @@ async def profile(client: Client, case: Case, calls: int) -> str:
 # The per-table expressions of LIST_TABLES that cost something, as written there (private
 # templates of catalog.py; bench only).
 _EXPRESSIONS = {
-    "size from relpages (size_bytes)": catalog._fmt(catalog._SIZE, c="c"),
+    "size from relpages (size_bytes)": catalog._SIZE.format(c="c"),
     "pg_description join (description)": """(SELECT d.description
         FROM pg_catalog.pg_description d WHERE d.objoid = c.oid
         AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = 0)""",
-    "row estimate (estimated_row_count)": catalog._fmt(catalog._ROWS, c="c"),
+    "row estimate (estimated_row_count)": catalog._ROWS.format(c="c"),
     "column-count subquery (column_count)": """(SELECT count(*) FROM pg_catalog.pg_attribute a
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)""",
     "primary-key EXISTS (has_primary_key)": """EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
