@@ -15,7 +15,7 @@ before it may switch to a cached generic plan.
 Then it counts statements and round trips per tool call, two independent ways:
   - wire: every round trip asyncpg makes (its protocol's prepare / bind_execute / query / ...
     calls, each one a request answered by ReadyForQuery) on the server's pooled connections,
-    the engine's ROLLBACK + reset (run in a task after the tool returns) counted apart;
+    the engine's session reset (run in a task after the tool returns) counted apart;
   - PostgreSQL: pg_stat_statements (preloaded) `calls` over CALLS_COUNTED tool calls.
 A case whose median misses its target is profiled with cProfile, and for list_tables the cost
 of each per-table expression, and of the `total` count, is measured in PostgreSQL (EXPLAIN
@@ -142,7 +142,7 @@ class Result:
     catalog_fn: float = 0.0
     catalog_per_call: float = 0.0
     wire_per_call: float = 0.0
-    wire_critical_per_call: float = 0.0  # without the background ROLLBACK + reset
+    wire_critical_per_call: float = 0.0  # without the background session reset
     wire_detail: str = ""
     pgss_detail: str = ""
 
@@ -441,8 +441,8 @@ async def bench(pg: EmbeddedPostgres) -> None:
     print(f"{BUDGET_S:g} s; in-process client with output validation off. 1-minute load average")
     print(f"{load_before:.2f} before, {load_after:.2f} after.\n")
     print(table(results))
-    print("\nMedians (ms): whole in-process call > tool function (pool checkout, BEGIN, catalog")
-    print("function, pydantic models; the ROLLBACK runs after, in the background) > catalog")
+    print("\nMedians (ms): whole in-process call > tool function (pool checkout, catalog")
+    print("function, pydantic models; the session reset runs after, in the background) > catalog")
     print("function (the statement, rows to dicts);")
     print("the SQL alone on a plain connection for comparison.\n")
     print(split_table(results))

@@ -717,7 +717,7 @@ BUCKETS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("ours: rows to JSON values (values.row_to_json)", "values.py", frozenset({"row_to_json"})),
     ("ours: SQL guard (guard.check)", "guard.py", frozenset({"check"})),
     (
-        "ours: pool checkout, BEGIN, ROLLBACK (engine)",
+        "ours: pool checkout, session reset (engine)",
         "database/engine.py",
         frozenset({"read_only", "_begin", "_end", "_release"}),
     ),

@@ -175,7 +175,7 @@ async def in_process(dsn: str) -> tuple[str, list[str]]:
     split = [
         f"- describe_table(film): whole call {whole[DESCRIBE[0]]:.2f} ms; tool function "
         f"{median['describe']:.2f} ms, of which the catalog statement {median['catalog']:.2f} ms "
-        "(the rest: pool checkout, BEGIN + SET LOCAL, pydantic)",
+        "(the rest: pool checkout, pydantic)",
         f"- execute_query(SELECT 1): whole call {whole[EXECUTE[0]]:.2f} ms; tool function "
         f"{median['execute']:.2f} ms, of which run_query {median['run']:.2f} ms (guard "
         f"{median['guard']:.2f} ms, then prepare + cursor fetch + rows to JSON); the rest: pool "

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import asyncpg
 import pytest
 import pytest_asyncio
 from mcpclient import call, call_error, connect, execute, fetch
@@ -208,20 +209,70 @@ async def test_connections_are_reset_before_reuse(qdsn: str) -> None:
     settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
     db = Database(settings.database)
     try:
-        async with db.read_only() as conn:
+        async with db.read_only(timeout_ms=1234) as conn:
+            assert await conn.fetchval("SHOW statement_timeout") == "1234ms"
             # Bypassing the guard on purpose: this checks the backstop behind it.
             await conn.fetchval("SELECT pg_advisory_lock(4242)")
             await conn.fetchval("SELECT set_config('search_path', 'nowhere', false)")
+            await conn.fetchval("SELECT set_config('default_transaction_read_only', 'off', false)")
             await conn.execute("LISTEN leak")
             pid = await conn.fetchval("SELECT pg_backend_pid()")
         async with db.read_only() as conn:
             assert await conn.fetchval("SELECT pg_backend_pid()") == pid  # same connection
             assert await conn.fetchval("SHOW search_path") == '"$user", public'
             assert await conn.fetchval("SELECT count(*) FROM pg_listening_channels()") == 0
+            assert await conn.fetchval("SHOW transaction_read_only") == "on"
+            assert await conn.fetchval("SHOW statement_timeout") == "30s"
         rows = await fetch(qdsn, "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory'")
         assert rows[0]["n"] == 0
     finally:
         await db.dispose()
+
+
+async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn: str) -> None:
+    """The backstop behind the guard: user SQL runs in BEGIN READ ONLY (read_only()), our own
+    catalog statements in a session whose every transaction is READ ONLY (catalog()); neither
+    can be switched to read-write from inside, or for the next user of the connection."""
+    settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
+    db = Database(settings.database)
+    writes = (
+        "CREATE TABLE sneaky (id int)",
+        "INSERT INTO items VALUES (-1, 'x', 1, NULL)",
+        "SELECT set_config('transaction_read_only', 'off', true), (SELECT count(*) FROM items)",
+    )
+    try:
+        for use in (db.read_only, db.catalog):
+            for sql in writes:
+                async with use() as conn:
+                    with pytest.raises(asyncpg.PostgresError):
+                        await conn.execute(sql)
+            async with use() as conn:
+                await conn.execute("SET default_transaction_read_only = off")
+                if use == db.read_only:
+                    await conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+        async with db.catalog() as conn:
+            assert await conn.fetchval("SHOW transaction_read_only") == "on"
+            with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+                await conn.execute("DELETE FROM items")
+    finally:
+        await db.dispose()
+    assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000
+
+
+async def test_a_repeated_query_sees_the_table_change(qdsn: str) -> None:
+    """Repeated SQL runs from the statement cache; a changed table must not break it."""
+    await execute(qdsn, "CREATE TABLE shifting (a int); INSERT INTO shifting VALUES (1)")
+    async with connect(qdsn) as client:
+        for _ in range(3):
+            body = await call(client, "execute_query", sql="SELECT * FROM shifting")
+            assert body["rows"] == [{"a": 1}]
+        await execute(qdsn, "ALTER TABLE shifting ADD COLUMN b text DEFAULT 'new'")
+        body = await call(client, "execute_query", sql="SELECT * FROM shifting")
+        assert body["rows"] == [{"a": 1, "b": "new"}]
+        await execute(qdsn, "ALTER TABLE shifting ALTER COLUMN a TYPE bigint")
+        body = await call(client, "execute_query", sql="SELECT * FROM shifting")
+        assert body["rows"] == [{"a": 1, "b": "new"}]
+        assert [c["data_type"] for c in body["columns"]] == ["bigint", "text"]
 
 
 async def test_explain_formats_and_warnings(qdsn: str) -> None:

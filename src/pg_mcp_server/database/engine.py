@@ -1,10 +1,21 @@
-"""Connection pool and the read-only transaction every tool runs in.
+"""Connection pool and the two ways a tool uses a connection.
 
-SQLAlchemy's async engine owns pooling (size, timeout, pre-ping); the work itself runs on the
-pooled asyncpg connection, so queries use asyncpg's extended protocol (one prepared statement
-per message). The engine is in AUTOCOMMIT mode so that SQLAlchemy starts no transaction of its
-own (and its pre-ping is a single `;`): we open `BEGIN READ ONLY` ourselves, set the statement
-timeout for that transaction only, and always roll back.
+SQLAlchemy's async engine owns pooling (size, timeout); the work itself runs on the pooled
+asyncpg connection, so queries use asyncpg's extended protocol (one prepared statement per
+message). The engine is in AUTOCOMMIT mode so that SQLAlchemy starts no transaction of its own.
+
+Every pooled session is read-only (`default_transaction_read_only`) with the server's statement
+timeout from the moment it opens, and is put back that way after each use. On top of that:
+
+- `read_only()` is for anything that runs SQL a caller wrote (execute_query, explain_query,
+  a sample's WHERE clause): an explicit `BEGIN READ ONLY` with `SET LOCAL statement_timeout`,
+  always rolled back.
+- `catalog()` is for our own constant statements (catalog reads with bound parameters): they
+  run in their own implicit read-only transaction, so a cached statement is one round trip.
+
+After either, in the background, the session is rolled back if needed and reset (advisory
+locks, LISTEN, every setting), then made read-only again before the pool can hand it out; a
+session that cannot be reset is discarded.
 """
 
 from __future__ import annotations
@@ -12,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import sqlalchemy.exc
@@ -35,13 +47,16 @@ from pg_mcp_server.errors import (
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Our own constant text, never user SQL, so the simple protocol's multi-statement message is
-# fine here: it saves a round trip per call.
+# fine here: one round trip each.
+_SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
 _BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
-# Roll back, then reset what a rollback does not undo before the connection is reused:
-# session advisory locks, LISTEN registrations and session-level settings.
-_END = "ROLLBACK; SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL"
+# Before reuse: drop session advisory locks and LISTEN registrations and reset every setting,
+# then make the session read-only again (RESET ALL undid that too). A rollback goes first when
+# a transaction is open (see _end).
+_RESET = "SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; " + _SESSION
 
 
 # The backends working for the current request (set by the HTTP gateway per request and
@@ -55,8 +70,8 @@ class Database:
 
     def __init__(self, settings: DatabaseSettings) -> None:
         self.settings = settings
-        # No pool_pre_ping: the BEGIN that every use starts with is the ping (see _begin),
-        # which saves a round trip per call.
+        # No pool_pre_ping: it would cost a round trip per call. A connection the server
+        # closed is seen as closed at checkout (see _checkout) and replaced.
         self.engine: AsyncEngine = create_async_engine(
             "postgresql+asyncpg://",
             async_creator=self._connect,
@@ -66,6 +81,11 @@ class Database:
             isolation_level="AUTOCOMMIT",
         )
         self._releasing: set[asyncio.Task[None]] = set()
+        # Bumped when a cached statement went stale; see _use and _checkout.
+        self._cache_epoch = 0
+        self._epochs: weakref.WeakKeyDictionary[asyncpg.Connection, int] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def _connect(self) -> asyncpg.Connection:
         conn = await asyncpg.connect(
@@ -78,6 +98,7 @@ class Database:
         await conn.set_type_codec(
             "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
         )
+        await conn.execute(_SESSION.format(ms=self.settings.statement_timeout))
         return conn
 
     def timeout_ms(self, requested: int | None = None) -> int:
@@ -87,14 +108,31 @@ class Database:
             return limit
         return min(int(requested), limit)
 
-    async def _begin(self, ms: int) -> tuple[AsyncConnection, asyncpg.Connection]:
-        """Check out a connection and open the read-only transaction. The BEGIN is also the
-        pool's liveness check: a pooled connection that died (server restart, idle timeout)
-        fails here, is discarded, and is replaced once by a new one."""
-        for attempt in (1, 2):
+    async def _checkout(self) -> tuple[AsyncConnection, asyncpg.Connection]:
+        """A pooled connection. One the server has closed meanwhile (restart,
+        pg_terminate_backend, idle timeout) is discarded and replaced."""
+        for _ in range(self.settings.pool_size + 1):
             sa_conn = await self.engine.connect()
             try:
                 conn = await _driver_connection(sa_conn)
+            except Exception:
+                await _discard(sa_conn)
+                raise
+            if not conn.is_closed():
+                if self._epochs.get(conn, 0) != self._cache_epoch:
+                    conn._drop_local_statement_cache()
+                    self._epochs[conn] = self._cache_epoch
+                return sa_conn, conn
+            await _discard(sa_conn)
+        raise DatabaseConnectionError("The database connection was lost or refused.")
+
+    async def _begin(self, ms: int) -> tuple[AsyncConnection, asyncpg.Connection]:
+        """Check out a connection and open the read-only transaction. The BEGIN is also a
+        liveness check: a connection that died unnoticed fails here, is discarded, and is
+        replaced once by a new one."""
+        for attempt in (1, 2):
+            sa_conn, conn = await self._checkout()
+            try:
                 await conn.execute(_BEGIN.format(ms=ms))
                 return sa_conn, conn
             except Exception:
@@ -108,19 +146,36 @@ class Database:
     def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
         """Roll back and reset in the background: the caller has its answer already, and a
         cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
-        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn))
+        reset = _RESET.format(ms=self.settings.statement_timeout)
+        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn, reset))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
     @asynccontextmanager
     async def read_only(self, timeout_ms: int | None = None) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection inside `BEGIN READ ONLY`, rolled back whatever happens.
+        """A pooled connection inside `BEGIN READ ONLY`, rolled back whatever happens: the
+        way to run SQL a caller wrote.
 
         Database failures inside the block come out as `PgMcpError`s (see `translate`).
         """
         ms = self.timeout_ms(timeout_ms)
+        async with self._use(self._begin(ms), ms) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def catalog(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled read-only session with no transaction of its own: the way to run our own
+        constant statements (each is its own read-only transaction, under the server's
+        statement timeout). Never for SQL a caller wrote: use `read_only()`."""
+        async with self._use(self._checkout(), self.settings.statement_timeout) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _use(
+        self, acquire: Awaitable[tuple[AsyncConnection, asyncpg.Connection]], ms: int
+    ) -> AsyncIterator[asyncpg.Connection]:
         try:
-            sa_conn, conn = await self._begin(ms)
+            sa_conn, conn = await acquire
         except Exception as exc:
             raise _mapped(exc, ms) from None
         backends = request_backends.get()
@@ -131,6 +186,11 @@ class Database:
             yield conn
         except PgMcpError:
             raise
+        except asyncpg.InvalidCachedStatementError as exc:
+            # Other connections may hold the same stale statement: every connection drops its
+            # statement cache before its next use (asyncpg does this only inside its own pool).
+            self._cache_epoch += 1
+            raise StatementChangedError(exc.message, context=_pg_context(exc)) from None
         except Exception as exc:
             raise _mapped(exc, ms) from None
         finally:
@@ -138,23 +198,42 @@ class Database:
                 backends.discard(pid)
             self._release(sa_conn, conn)
 
+    async def run(
+        self, work: Callable[[asyncpg.Connection], Awaitable[T]], timeout_ms: int | None = None
+    ) -> T:
+        """`work(conn)` inside `read_only()`, run once more in a new transaction if one of
+        the connection's cached statements no longer fits its tables (a `SELECT *` prepared
+        before an ALTER TABLE: PostgreSQL refuses it, and the transaction is aborted)."""
+        for attempt in (1, 2):
+            try:
+                async with self.read_only(timeout_ms) as conn:
+                    return await work(conn)
+            except StatementChangedError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     async def cancel(self, backends: set[int]) -> None:
         """Cancel what these backends are running (a role may always cancel its own)."""
         if backends:
-            async with self.read_only() as conn:
+            async with self.catalog() as conn:
                 await conn.execute(
                     "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid",
                     sorted(backends),
                 )
 
     async def ping(self) -> None:
-        async with self.read_only() as conn:
+        async with self.catalog() as conn:
             await conn.fetchval("SELECT 1")
 
     async def dispose(self) -> None:
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
         await self.engine.dispose()
+
+
+class StatementChangedError(InvalidSqlError):
+    """A cached statement's result no longer fits its tables; `Database.run` retries once."""
 
 
 def _mapped(exc: Exception, ms: int) -> Exception:
@@ -170,16 +249,16 @@ async def _driver_connection(sa_conn: AsyncConnection) -> asyncpg.Connection:
     return driver
 
 
-async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
-    """Roll back, reset, and return the connection to the pool; a connection that cannot
-    (lost, or cancelled mid-query) is discarded instead."""
+async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, reset: str) -> None:
+    """Roll back, reset the session and return it to the pool; one that cannot be reset
+    (lost, or cancelled mid-query) is discarded."""
     try:
         if not conn.is_closed():
-            await conn.execute(_END)
+            await conn.execute(("ROLLBACK; " if conn.is_in_transaction() else "") + reset)
             await sa_conn.close()
             return
     except Exception:
-        logger.warning("rollback failed; discarding the connection", exc_info=True)
+        logger.warning("resetting a session failed; discarding the connection", exc_info=True)
     await _discard(sa_conn)
 
 

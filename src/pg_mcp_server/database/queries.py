@@ -1,10 +1,10 @@
-"""How a query runs: guard, prepare, bind, fetch a bounded page through a cursor.
+"""How a query runs: guard, prepare, bind, fetch a bounded page.
 
-The caller already holds a read-only transaction (`Database.read_only`). The statement is
-prepared on asyncpg's extended protocol (one statement per Parse message, so nothing can be
-stacked behind it), its parameter types come from PostgreSQL, and rows are read through a
-portal `limit + 1` at a time: the SQL text is never rewritten and an unbounded result is never
-fetched whole.
+The caller already holds a read-only session (`Database.read_only`). The statement is prepared
+on asyncpg's extended protocol (one statement per Parse message, so nothing can be stacked
+behind it), its parameter types come from PostgreSQL, and its portal is executed with a row
+limit of `limit + 1`: the SQL text is never rewritten and an unbounded result is never fetched
+whole.
 """
 
 from __future__ import annotations
@@ -82,6 +82,27 @@ def unique_names(names: list[str]) -> list[str]:
     return out
 
 
+async def fetch_upto(
+    conn: asyncpg.Connection, sql: str, params: list[Any] | None, n: int
+) -> tuple[asyncpg.prepared_stmt.PreparedStatement, list[asyncpg.Record]]:
+    """Prepare, bind and read at most `n` rows through a cursor (the caller's transaction).
+
+    The statement comes from the connection's statement cache (asyncpg's own, the one `fetch`
+    uses, reached through its private `_prepare(use_cache=True)`: the public `prepare` always
+    parses anew), so SQL that ran on this connection before costs no Parse round trip. The
+    cursor's first fetch sends Bind and Execute (row limit `n`) together; the portal is left
+    unread beyond that and goes with the rolled-back transaction.
+    """
+    stmt = await conn._prepare(sql, use_cache=True)
+    args = bind(params, stmt.get_parameters())
+    records: list[asyncpg.Record] = []
+    async for record in stmt.cursor(*args, prefetch=n):
+        records.append(record)
+        if len(records) >= n:
+            break
+    return stmt, records
+
+
 @dataclass
 class QueryResult:
     columns: list[tuple[str, str]]
@@ -103,15 +124,7 @@ async def run_query(
 ) -> QueryResult:
     await guard.check(sql, conn)
     started = time.perf_counter()
-    stmt = await conn.prepare(sql)
-    args = bind(params, stmt.get_parameters())
-    # Iterating with prefetch sends Bind and Execute (row limit limit+1) in one round trip;
-    # the portal is left unread beyond that and goes with the rolled-back transaction.
-    records: list[asyncpg.Record] = []
-    async for record in stmt.cursor(*args, prefetch=limit + 1):
-        records.append(record)
-        if len(records) > limit:
-            break
+    stmt, records = await fetch_upto(conn, sql, params, limit + 1)
     elapsed_ms = (time.perf_counter() - started) * 1000
 
     attributes = stmt.get_attributes()

@@ -46,12 +46,12 @@ _MISSING = re.compile(r'relation "(?:([^".]+)\.)?([^"]+)" does not exist')
 
 async def _suggest(app: AppContext, error: TableNotFoundError) -> TableNotFoundError:
     """PostgreSQL says only that a relation is missing; add the closest names. The failed
-    transaction is aborted, so the lookup runs in a fresh one."""
+    transaction is aborted, so the lookup runs on a fresh connection."""
     found = _MISSING.search(error.message)
     if found is None:
         return error
     schema = found.group(1) or app.settings.database.default_schema
-    async with app.db.read_only() as conn:
+    async with app.db.catalog() as conn:
         better = await catalog.missing_table(conn, schema, found.group(2))
     if isinstance(better, TableNotFoundError):
         better.context = {**(error.context or {}), **(better.context or {})}
@@ -95,8 +95,8 @@ def query_tools() -> list[PgTool]:
         app = app_context(ctx)
         cap = app.settings.server.max_rows
         try:
-            async with app.db.read_only(timeout_ms) as conn:
-                result = await run_query(
+            result = await app.db.run(
+                lambda conn: run_query(
                     conn,
                     app.guard,
                     sql,
@@ -104,7 +104,9 @@ def query_tools() -> list[PgTool]:
                     limit=min(limit or cap, cap),
                     max_bytes=app.settings.server.max_result_bytes,
                     sensitive=app.sensitive,
-                )
+                ),
+                timeout_ms,
+            )
         except TableNotFoundError as exc:
             raise await _suggest(app, exc) from None
         # The ExecuteQueryOutput fields, as plain JSON (see ok_json).

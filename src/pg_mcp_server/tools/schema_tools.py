@@ -78,7 +78,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = False,
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
         app = app_context(ctx)
-        async with app.db.read_only() as conn:
+        async with app.db.catalog() as conn:
             rows = await catalog.list_schemas(conn, include_system)
         schemas = [SchemaInfo(**r) for r in rows]
         return ok(ListSchemasOutput(schemas=schemas, total_count=len(schemas)))
@@ -105,7 +105,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = 0,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
         app = app_context(ctx)
-        async with app.db.read_only() as conn:
+        async with app.db.catalog() as conn:
             rows, total = await catalog.list_tables(
                 conn, schema_name, include_views, name_pattern, limit, offset
             )
@@ -129,7 +129,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = True,
     ) -> Annotated[CallToolResult, DescribeTableOutput]:
         app = app_context(ctx)
-        async with app.db.read_only() as conn:
+        async with app.db.catalog() as conn:
             doc = await catalog.describe_table(
                 conn, schema_name, table_name, include_indexes, include_constraints
             )
