@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from typing import Any
 
+import asyncpg
 import pytest
 from mcpclient import call, call_error, connect, execute, fetch
 
@@ -275,3 +276,26 @@ async def test_quoting_no_path_and_schema_changes(scratch_dsn: str) -> None:
         assert out["paths"][0]["depth"] == 1
         out = await call(client, "find_join_path", from_table="order", to_table="Customer Accounts")
         assert 'o.account_id = ca."AccountID"' in out["paths"][0]["sql_example"]
+
+
+async def test_a_key_committed_after_the_graph_was_cached_is_seen(scratch_dsn: str) -> None:
+    """The cache is rechecked only when the database snapshot moves; a DDL transaction that
+    was still open when the graph was cached must count as a move once it commits."""
+    await execute(
+        scratch_dsn,
+        "CREATE TABLE hub (id int PRIMARY KEY); CREATE TABLE spoke (id int, hub_id int);",
+    )
+    ddl = await asyncpg.connect(scratch_dsn)
+    try:
+        async with connect(scratch_dsn) as client:
+            await ddl.execute("BEGIN; ALTER TABLE spoke ADD FOREIGN KEY (hub_id) REFERENCES hub")
+            for _ in range(2):  # cached, then served from the cache with the same snapshot
+                body = await call_error(client, "find_join_path", from_table="spoke", to_table="hub")
+                assert body["error"]["code"] == "PATH_NOT_FOUND"
+            await ddl.execute("COMMIT")
+            out = await call(client, "find_join_path", from_table="spoke", to_table="hub")
+            assert out["paths"][0]["depth"] == 1
+            keys = await call(client, "get_foreign_keys", table_name="hub")
+            assert [k["from_table"] for k in keys["incoming"]] == ["spoke"]
+    finally:
+        await ddl.close()

@@ -9,7 +9,8 @@ within `max_depth`; it stops counting at `PATH_CAP` so a dense schema cannot exp
 from __future__ import annotations
 
 import re
-from collections import defaultdict, deque
+from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -91,19 +92,42 @@ class Graph:
             oid: sorted(edges, key=lambda e: (self.names[e.end], e.key.constraint_name))
             for oid, edges in adjacency.items()
         }
+        # The distinct neighbours of each table, for the breadth-first searches.
+        self.next: dict[int, tuple[int, ...]] = {
+            oid: tuple(dict.fromkeys(e.end for e in edges)) for oid, edges in self.adjacency.items()
+        }
+
+    def levels(self, origin: int, limit: int | None = None) -> Iterator[list[int]]:
+        """The tables 1, 2, ... joins away from `origin`, one list per distance."""
+        seen = {origin}
+        level = [origin]
+        depth = 0
+        while level and (limit is None or depth < limit):
+            depth += 1
+            following: list[int] = []
+            for node in level:
+                for n in self.next.get(node, ()):
+                    if n not in seen:
+                        seen.add(n)
+                        following.append(n)
+            if following:
+                yield following
+            level = following
 
     def distances(self, origin: int, limit: int | None = None) -> dict[int, int]:
         dist = {origin: 0}
-        queue = deque([origin])
-        while queue:
-            node = queue.popleft()
-            if limit is not None and dist[node] >= limit:
-                continue
-            for edge in self.adjacency.get(node, ()):
-                if edge.end not in dist:
-                    dist[edge.end] = dist[node] + 1
-                    queue.append(edge.end)
+        for depth, level in enumerate(self.levels(origin, limit), start=1):
+            dist.update(dict.fromkeys(level, depth))
         return dist
+
+    def distance(self, start: int, goal: int) -> int | None:
+        """Joins on the shortest path, or None when the tables are not connected."""
+        if start == goal:
+            return 0
+        for depth, level in enumerate(self.levels(start), start=1):
+            if goal in level:
+                return depth
+        return None
 
     def paths(self, start: int, goal: int, max_depth: int) -> tuple[list[Path], bool]:
         """Simple paths of at most `max_depth` edges, shortest first; True if capped."""
@@ -141,16 +165,22 @@ class Graph:
         return found, capped
 
     def neighbours(self, origin: int, limit: int = 8) -> list[str]:
-        """Names of the nearest related tables, for suggestions."""
-        dist = self.distances(origin)
-        near = sorted((d, self.names[o]) for o, d in dist.items() if o != origin)
-        return [f"{s}.{t}" for _, (s, t) in near[:limit]]
+        """Names of the nearest related tables, for suggestions: nearest first, then by name,
+        searching only as far as it takes to find `limit` of them."""
+        near: list[tuple[str, str]] = []
+        for level in self.levels(origin):
+            near += sorted(self.names[o] for o in level)
+            if len(near) >= limit:
+                break
+        return [f"{s}.{t}" for s, t in near[:limit]]
 
 
 @dataclass
 class GraphCache:
-    """The foreign-key graph, rebuilt only when the catalog fingerprint changes."""
+    """The foreign-key graph, rebuilt only when the catalog fingerprint changes; the
+    fingerprint itself is computed only when the database snapshot has moved (see GRAPH)."""
 
+    snapshot: str | None = None
     fingerprint: str | None = None
     graph: Graph = field(default_factory=lambda: Graph([]))
 
@@ -158,14 +188,15 @@ class GraphCache:
         self, conn: asyncpg.Connection, start: tuple[str, str], goal: tuple[str, str]
     ) -> tuple[Graph, int, int]:
         """The graph and the oids of both ends (one statement); TABLE_NOT_FOUND if missing."""
-        row = await conn.fetchrow(GRAPH, self.fingerprint, *start, *goal)
+        row = await conn.fetchrow(GRAPH, self.snapshot, self.fingerprint, *start, *goal)
         assert row is not None
         for end, oid in ((start, row["from_oid"]), (goal, row["to_oid"])):
             if oid is None:
                 raise await catalog.missing_table(conn, *end)
         if row["keys"] is not None:
             self.graph = Graph([ForeignKey.from_json(k) for k in row["keys"]])
-            self.fingerprint = row["fingerprint"]
+        if row["fingerprint"] is not None:  # checked (and reloaded if it changed) just now
+            self.fingerprint, self.snapshot = row["fingerprint"], row["snapshot"]
         return self.graph, int(row["from_oid"]), int(row["to_oid"])
 
 
@@ -209,9 +240,8 @@ def no_path(
 ) -> PathNotFoundError:
     """PATH_NOT_FOUND, saying what would help: a larger max_depth, or what each side reaches."""
     origin, target = names
-    dist = graph.distances(start).get(goal)
+    dist = graph.distance(start, goal)
     context: dict[str, object] = {"max_depth": max_depth}
-    related: tuple[list[str], list[str]] = (graph.neighbours(start), graph.neighbours(goal))
     if dist is not None:
         context["shortest_depth"] = dist
         if dist <= MAX_DEPTH:
@@ -223,6 +253,7 @@ def no_path(
             )
         message = f"No foreign-key path of at most {max_depth} joins from {origin} to {target}"
     else:
+        related = graph.neighbours(start), graph.neighbours(goal)
         context["from_related"], context["to_related"] = related
         suggestion = (
             "The tables are not connected by foreign keys. "

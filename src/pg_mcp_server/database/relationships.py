@@ -44,23 +44,32 @@ WHERE k.contype = 'f' AND k.conparentid = 0 {{where}}
 ORDER BY src.oid, dst.oid, from_columns, to_columns, k.conname
 """
 
-_MEMBERS = """
-    (SELECT t.relid FROM pg_catalog.pg_class c
-     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-     CROSS JOIN LATERAL pg_catalog.pg_partition_tree(c.oid) t
-     WHERE n.nspname = $1 AND c.relname = $2
-     UNION ALL
-     SELECT c.oid FROM pg_catalog.pg_class c
-     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-     WHERE n.nspname = $1 AND c.relname = $2)"""
-
-# The table's own keys and the keys pointing at it (or at any of its partitions).
+# The table's own keys and the keys pointing at it (or at any of its partitions). The keys are
+# found through indexes, pg_constraint's on conrelid for outgoing ones and pg_depend's on the
+# referenced object for incoming ones (pg_constraint has no index on confrelid), and handed to
+# FK_ROWS as an array so that it, too, reads pg_constraint by oid instead of scanning it.
 FOREIGN_KEYS_OF = f"""
-WITH fk AS ({FK_ROWS.format(where=f"AND (k.conrelid IN {_MEMBERS} OR k.confrelid IN {_MEMBERS})")})
-SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-               WHERE n.nspname = $1 AND c.relname = $2
-                 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')) AS found,
+WITH target AS (
+  SELECT c.oid, c.relkind FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')),
+members AS (
+  SELECT oid FROM target
+  UNION
+  SELECT t.relid FROM target CROSS JOIN LATERAL pg_catalog.pg_partition_tree(target.oid) t
+  WHERE target.relkind = 'p'),
+ks AS (
+  SELECT k.oid FROM pg_catalog.pg_constraint k
+  WHERE k.conrelid IN (SELECT oid FROM members) AND k.contype = 'f'
+  UNION
+  SELECT k.oid FROM pg_catalog.pg_depend d
+  JOIN pg_catalog.pg_constraint k ON k.oid = d.objid
+  WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+    AND d.refobjid IN (SELECT oid FROM members)
+    AND d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass
+    AND k.contype = 'f' AND k.confrelid IN (SELECT oid FROM members)),
+fk AS ({FK_ROWS.format(where="AND k.oid = ANY ((SELECT array_agg(oid) FROM ks)::oid[])")})
+SELECT EXISTS (SELECT 1 FROM target) AS found,
        coalesce((SELECT json_agg(fk ORDER BY fk.constraint_name) FROM fk), '[]') AS keys
 """
 
@@ -78,17 +87,24 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = ${s} AND c.relname = ${t} AND c.relkind IN ('r', 'p', 'v', 'm', 'f'))"""
 
-# One round trip: the two tables' oids, the fingerprint, and the whole graph only when the
-# fingerprint differs from the cached one ($1).
+# One round trip: the statement's snapshot, the two tables' oids, the fingerprint only when
+# the snapshot differs from the one the cached graph was checked under ($1), and the whole graph
+# only when the fingerprint differs from the cached one ($2). Two snapshots with the same
+# xmin:xmax:in-progress list see exactly the same committed transactions, hence the same catalog
+# rows: while nothing in the cluster commits, the check scans no catalog at all. Each CASE
+# branch holds its subqueries, which PostgreSQL runs only when the branch is taken.
 GRAPH = f"""
-WITH fp AS MATERIALIZED (SELECT {_FINGERPRINT} AS fingerprint)  -- computed once, not inlined
-SELECT fp.fingerprint,
-       {_OID.format(s=2, t=3)} AS from_oid,
-       {_OID.format(s=4, t=5)} AS to_oid,
-       CASE WHEN fp.fingerprint IS DISTINCT FROM $1 THEN
+WITH now AS MATERIALIZED (SELECT pg_catalog.txid_current_snapshot()::text AS snapshot),
+fp AS MATERIALIZED (
+  SELECT CASE WHEN now.snapshot IS DISTINCT FROM $1 THEN {_FINGERPRINT} END AS fingerprint
+  FROM now)
+SELECT now.snapshot, fp.fingerprint,
+       {_OID.format(s=3, t=4)} AS from_oid,
+       {_OID.format(s=5, t=6)} AS to_oid,
+       CASE WHEN fp.fingerprint IS NOT NULL AND fp.fingerprint IS DISTINCT FROM $2 THEN
            (SELECT coalesce(json_agg(fk), '[]') FROM ({FK_ROWS.format(where="")}) fk)
        END AS keys
-FROM fp
+FROM now, fp
 """
 
 
