@@ -64,14 +64,18 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
         database = db or Database(settings.database)
+        guard = SqlGuard(
+            strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
+        )
         try:
             yield AppContext(
                 settings=settings,
                 db=database,
-                guard=SqlGuard(strict_comments=settings.server.block_keywords_in_comments),
+                guard=guard,
                 sensitive=settings.server.sensitive_regex(),
             )
         finally:
+            await guard.close()
             if db is None:
                 await database.dispose()
 

@@ -1,7 +1,7 @@
 """Read-only SQL validation with PostgreSQL's own parser (pglast).
 
 The guard is the friendly first gate: it explains *why* a statement is refused. PostgreSQL is
-the backstop (every statement runs in `BEGIN READ ONLY`, rolled back), but a read-only
+the backstop (user SQL runs in `BEGIN READ ONLY`, rolled back), but a read-only
 transaction still allows side effects such as `pg_read_file`, advisory locks or `set_config`,
 so the guard allows exactly one SELECT and only functions that are safe for a reader: stable
 or immutable ones (volatility read from `pg_proc`) plus a short list of harmless volatile ones.
@@ -9,8 +9,12 @@ or immutable ones (volatility read from `pg_proc`) plus a short list of harmless
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import re
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +24,8 @@ from pglast import parser
 from pg_mcp_server.database.safety import SafetyCatalog
 from pg_mcp_server.database.sqltree import names, walk
 from pg_mcp_server.errors import InvalidSqlError, WriteOperationDeniedError
+
+logger = logging.getLogger(__name__)
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a
 # prompt-injected comment, is worth a refusal).
@@ -238,10 +244,15 @@ def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = Tr
 @dataclass
 class SqlGuard:
     """The gate every statement passes: structure, then names against the safety catalog
-    (read from PostgreSQL, cached, refreshed when stale or when a function name is new)."""
+    (read from PostgreSQL and cached). The catalog is read on the caller's connection the first
+    time, and again whenever a statement calls a function name it has not seen; once it is a
+    minute old it is read again in the background, on a connection of its own from `connect`
+    (without `connect`, on the caller's), while the current one keeps serving."""
 
     strict_comments: bool = True
     catalog: SafetyCatalog = field(default_factory=SafetyCatalog)
+    connect: Callable[[], AbstractAsyncContextManager[asyncpg.Connection]] | None = None
+    _refreshing: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def check(
         self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0
@@ -249,10 +260,31 @@ class SqlGuard:
         parsed = parse_select(
             sql, position_offset=position_offset, strict_comments=self.strict_comments
         )
-        if self.catalog.stale(parsed.functions):
-            await self.catalog.refresh(conn)
+        if self.catalog.unfit(parsed.functions) or (
+            self.catalog.expired() and self.connect is None
+        ):
+            self.catalog = await SafetyCatalog.read(conn)
+        elif self.catalog.expired() and self._refreshing is None:
+            self._refreshing = asyncio.create_task(self._refresh())
         check_safety(parsed, self.catalog)
         return parsed
+
+    async def _refresh(self) -> None:
+        assert self.connect is not None
+        try:
+            async with self.connect() as conn:
+                self.catalog = await SafetyCatalog.read(conn)
+        except Exception:
+            logger.warning("refreshing the safety catalog failed; will retry", exc_info=True)
+        finally:
+            self._refreshing = None
+
+    async def close(self) -> None:
+        """Stop a background refresh (before the pool it uses goes away)."""
+        task = self._refreshing
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def where_clause(self, clause: str, from_sql: str) -> str:
         return check_where_clause(clause, from_sql, strict_comments=self.strict_comments)

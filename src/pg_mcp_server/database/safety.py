@@ -151,15 +151,22 @@ class SafetyCatalog:
     known_functions: frozenset[str] = frozenset()
     loaded_at: float = field(default=0.0)
 
-    def stale(self, function_names: set[str]) -> bool:
-        expired = time.monotonic() - self.loaded_at > _REFRESH_SECONDS
-        return expired or not function_names <= self.known_functions
+    def unfit(self, function_names: set[str]) -> bool:
+        """Never loaded, or a function name it has not seen: it must be read before use."""
+        return not self.loaded_at or not function_names <= self.known_functions
 
-    async def refresh(self, conn: asyncpg.Connection) -> None:
+    def expired(self) -> bool:
+        """Old enough to be read again (meanwhile it is still used)."""
+        return time.monotonic() - self.loaded_at > _REFRESH_SECONDS
+
+    @classmethod
+    async def read(cls, conn: asyncpg.Connection) -> SafetyCatalog:
         row = await conn.fetchrow(CATALOG)
         assert row is not None
-        self._compute(*(_decode(row[k]) for k in row.keys()))  # noqa: SIM118
-        self.loaded_at = time.monotonic()
+        catalog = cls()
+        catalog._compute(*(_decode(row[k]) for k in row.keys()))  # noqa: SIM118
+        catalog.loaded_at = time.monotonic()
+        return catalog
 
     def _compute(
         self,
