@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,7 @@ import asyncpg
 
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
-from pg_mcp_server.database.values import REDACTED, converter_for
+from pg_mcp_server.database.values import REDACTED, converter_for, identity
 
 # Readable names for the types asyncpg reports by their internal names.
 _TYPE_NAMES = {
@@ -49,13 +50,32 @@ def _redact(value: Any) -> Any:
     return REDACTED
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
 def _within(rows: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
     """The longest prefix of rows whose JSON fits in max_bytes (always at least one row)."""
     size = 2
     for n, row in enumerate(rows):
-        size += len(json.dumps(row, separators=(",", ":"), ensure_ascii=False, default=str)) + 1
+        size += len(_dumps(row)) + 1
         if size > max_bytes:
             return rows[: max(n, 1)]
+    return rows
+
+
+def _rows(
+    records: list[asyncpg.Record], names: list[str], converters: list[Callable[[Any], Any]]
+) -> list[dict[str, Any]]:
+    """Records as dicts, converting only the columns whose values need it."""
+    todo = [(i, f) for i, f in enumerate(converters) if f is not identity]
+    rows = []
+    for record in records:
+        values = list(record)
+        for i, f in todo:
+            if values[i] is not None:
+                values[i] = f(values[i])
+        rows.append(dict(zip(names, values, strict=True)))
     return rows
 
 
@@ -107,6 +127,7 @@ async def fetch_upto(
 class QueryResult:
     columns: list[tuple[str, str]]
     rows: list[dict[str, Any]]
+    rows_json: str  # the rows as JSON text, made once for the size cap and reused in the answer
     has_more: bool
     elapsed_ms: float
     notes: list[str] = field(default_factory=list)
@@ -139,15 +160,13 @@ async def run_query(
         for name, a in zip(names, attributes, strict=True)
     ]
     has_more = len(records) > limit
-    rows = [
-        {k: (None if v is None else f(v)) for k, f, v in zip(names, converters, r, strict=True)}
-        for r in records[:limit]
-    ]
+    rows = _rows(records[:limit], names, converters)
     if has_more:
         notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
-    size = len(json.dumps(rows, separators=(",", ":"), ensure_ascii=False, default=str))
-    if size > max_bytes:
+    rows_json = _dumps(rows)
+    if len(rows_json) > max_bytes:
         rows = _within(rows, max_bytes)
+        rows_json = _dumps(rows)
         has_more = True
         notes.append(
             f"cut after {len(rows)} rows at the {max_bytes}-byte result limit; "
@@ -159,6 +178,7 @@ async def run_query(
     return QueryResult(
         columns=[(n, type_name(a.type)) for n, a in zip(names, attributes, strict=True)],
         rows=rows,
+        rows_json=rows_json,
         has_more=has_more,
         elapsed_ms=elapsed_ms,
         notes=notes,

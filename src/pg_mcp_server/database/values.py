@@ -76,7 +76,7 @@ def to_json(value: Any) -> Any:
     return str(value)
 
 
-def _identity(value: Any) -> Any:
+def identity(value: Any) -> Any:
     return value
 
 
@@ -123,7 +123,7 @@ def converter_for(type_name: str, kind: str) -> Any:
     if kind != "scalar":
         return to_json
     if type_name in _AS_IS:
-        return _identity
+        return identity
     return _CONVERTERS.get(type_name, to_json)
 
 

@@ -119,7 +119,8 @@ def query_tools() -> list[PgTool]:
                 "execution_time_ms": round(result.elapsed_ms, 3),
                 "query_hash": query_hash(sql),
                 "note": "; ".join(result.notes) or None,
-            }
+            },
+            encoded={"rows": result.rows_json},
         )
 
     async def explain_query(

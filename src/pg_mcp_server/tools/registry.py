@@ -43,14 +43,21 @@ def ok(output: BaseModel) -> CallToolResult:
     )
 
 
-def ok_json(structured: dict[str, Any]) -> CallToolResult:
+def ok_json(structured: dict[str, Any], encoded: dict[str, str] | None = None) -> CallToolResult:
     """For large results already made of JSON values (query rows): one encoding instead of a
-    model's validate, dump and dump-to-JSON. The SDK still checks the result against the
-    tool's output schema."""
-    text = json.dumps(structured, separators=(",", ":"), ensure_ascii=False)
+    model's validate, dump and dump-to-JSON. `encoded` holds JSON text already made for some
+    keys (the rows, encoded once for the size cap), used as is. The SDK still checks the
+    result against the tool's output schema."""
+    encoded = encoded or {}
+    members = (f"{_dumps(k)}:{encoded.get(k) or _dumps(v)}" for k, v in structured.items())
+    text = "{" + ",".join(members) + "}"
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=structured
     )
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _echo(arguments: dict[str, Any]) -> dict[str, Any]:
