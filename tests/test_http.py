@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import psutil
 import pytest
 import pytest_asyncio
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcpclient import call, call_error, fetch
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
@@ -205,6 +207,30 @@ async def test_bearer_tokens(secured: Running, http: httpx.AsyncClient) -> None:
     assert reply.status_code == 200 and reply.json()["result"]["protocolVersion"]
     # /health stays open for load balancers; it tells nothing but reachability.
     assert (await http.get(secured.base + "/health")).status_code == 200
+
+
+async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.AsyncClient) -> None:
+    """--workers 2: two worker processes, each serving with the parent's settings (the DSN from
+    the command line and the tokens from the environment included)."""
+    with serve(demo_dsn, "--workers", "2", MCP_AUTH_TOKENS=TOKEN) as running:
+        workers: list[psutil.Process] = []
+        for _ in range(50):
+            children = psutil.Process(running.proc.pid).children()
+            workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+            if len(workers) >= 2:
+                break
+            time.sleep(0.1)
+        assert len(workers) == 2
+        anonymous = await http.post(running.mcp, json=init("2025-11-25"), headers=HEADERS)
+        assert anonymous.status_code == 401
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        async with (
+            httpx.AsyncClient(headers=auth) as authed,
+            Client(streamable_http_client(running.mcp, http_client=authed)) as client,
+        ):
+            for _ in range(6):
+                out = await call(client, "execute_query", sql="SELECT count(*) AS n FROM users")
+                assert out["rows"][0]["n"] > 0
 
 
 async def test_concurrency_limit_answers_503(demo_dsn: str, http: httpx.AsyncClient) -> None:

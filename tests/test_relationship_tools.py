@@ -290,7 +290,9 @@ async def test_a_key_committed_after_the_graph_was_cached_is_seen(scratch_dsn: s
         async with connect(scratch_dsn) as client:
             await ddl.execute("BEGIN; ALTER TABLE spoke ADD FOREIGN KEY (hub_id) REFERENCES hub")
             for _ in range(2):  # cached, then served from the cache with the same snapshot
-                body = await call_error(client, "find_join_path", from_table="spoke", to_table="hub")
+                body = await call_error(
+                    client, "find_join_path", from_table="spoke", to_table="hub"
+                )
                 assert body["error"]["code"] == "PATH_NOT_FOUND"
             await ddl.execute("COMMIT")
             out = await call(client, "find_join_path", from_table="spoke", to_table="hub")

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -63,6 +64,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         help="allow HTTP on a non-loopback address without MCP_AUTH_TOKENS",
     )
+    p.add_argument(
+        "--workers", type=int, help="HTTP worker processes, each with its own pool (default 1)"
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     p.add_argument("--log-format", choices=["json", "text"], help="stderr log format")
     return p.parse_args(argv)
@@ -89,6 +93,7 @@ def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
         "log_level": args.log_level,
         "log_format": args.log_format,
         "allow_unauthenticated": args.allow_unauthenticated,
+        "workers": args.workers,
     }
     return Settings.load(database={"dsn": dsn}, server=server_overrides)
 
@@ -181,23 +186,32 @@ def run(settings: Settings) -> None:
         return
     import uvicorn
 
-    from pg_mcp_server.gateway import http_app
+    from pg_mcp_server.gateway import WORKER_SETTINGS, WORKER_WARNINGS, http_app, worker_app
 
     srv = settings.server
-    app = http_app(settings, role_warnings)
     log.info(
-        "serving Streamable HTTP on http://%s:%s/mcp (auth %s)",
+        "serving Streamable HTTP on http://%s:%s/mcp (auth %s, %d worker%s)",
         srv.host,
         srv.port,
         "on" if srv.auth_tokens else "off",
+        srv.workers,
+        "" if srv.workers == 1 else "s",
     )
-    uvicorn.run(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        log_level=settings.server.log_level.lower(),
-        log_config=None,
-    )
+    common: dict[str, Any] = {
+        "host": srv.host,
+        "port": srv.port,
+        "log_level": srv.log_level.lower(),
+        "log_config": None,
+    }
+    if srv.workers == 1:
+        uvicorn.run(http_app(settings, role_warnings), **common)
+        return
+    # Worker processes import the app by name and rebuild it from the settings resolved here
+    # (CLI, environment, .env, a --demo DSN), which they inherit through the environment.
+    os.environ[WORKER_SETTINGS] = settings.to_json()
+    os.environ[WORKER_WARNINGS] = json.dumps(role_warnings)
+    target = f"{worker_app.__module__}:{worker_app.__name__}"
+    uvicorn.run(target, factory=True, workers=srv.workers, **common)
 
 
 if __name__ == "__main__":

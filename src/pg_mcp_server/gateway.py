@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 from typing import Any
 
 import anyio
@@ -187,3 +188,17 @@ def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gate
         host=srv.host,
     )
     return Gateway(app, db, settings)
+
+
+# How `pg-mcp-server --workers N` hands its resolved settings to uvicorn's worker processes.
+WORKER_SETTINGS = "PGMCP_WORKER_SETTINGS"
+WORKER_WARNINGS = "PGMCP_WORKER_WARNINGS"
+
+
+def worker_app() -> Gateway:
+    """The app of one HTTP worker process (uvicorn imports it by name, as a factory)."""
+    from pg_mcp_server.__main__ import configure_logging
+
+    settings = Settings.from_json(os.environ[WORKER_SETTINGS])
+    configure_logging(settings.server.log_level, settings.server.log_format)
+    return http_app(settings, json.loads(os.environ.get(WORKER_WARNINGS, "[]")))
