@@ -4,7 +4,8 @@ Starts a throwaway PostgreSQL 18, generates the `spread` catalog of bench/catalo
 schemas x 1,000 tables, 20,000 foreign keys: `parent_id` to the previous table of the schema,
 `other_id` to the same-numbered table of the previous schema, or a pseudo-random earlier one in
 s00), adds one table with no foreign key (`public.lonely`) so that a PATH_NOT_FOUND between
-unconnected tables can be timed, and VACUUM ANALYZEs.
+unconnected tables can be timed, and a `public.busy_log` table for the busy-database writer,
+and VACUUM ANALYZEs.
 
 For each case, through `mcp.Client(server)` in-process with the client's output validation
 switched off (as bench_catalog.py does), it times:
@@ -12,19 +13,27 @@ switched off (as bench_catalog.py does), it times:
     a new server; find_join_path's cold call loads the whole foreign-key graph. "cold on an
     open connection" is the same with one list_schemas call first, so the connection and the
     backend's caches exist and only the graph load is left;
-  - steady: WARMUP calls, then RUNS timed calls on one server (the graph cached, only the
-    catalog fingerprint is checked), median / p95, with stopwatches on the tool function, the
-    one statement (GraphCache.load / foreign_keys_of), the path search in Python
-    (Graph.paths) and, for PATH_NOT_FOUND, building the error's suggestions (no_path).
+  - steady: WARMUP calls, then RUNS timed calls on one server (the graph cached), median /
+    p95, with stopwatches on the tool function, the one statement (GraphCache.load /
+    foreign_keys_of), the path search in Python (Graph.paths) and, for PATH_NOT_FOUND, building
+    the error's suggestions (no_path). It also counts the timed calls in which GRAPH computed
+    the catalog fingerprint (the cached snapshot changed): none while nothing commits.
 Every find_join_path call uses max_depth 6 (the largest allowed).
 
-Then the cross-schema case once more with GRAPH's fingerprint CTE MATERIALIZED (swapped into
-joinpaths.GRAPH in this process only: a what-if, see fingerprint_once). Then, without the
-tool: the fingerprint expression alone and each of its four parts, GRAPH
-with an unchanged fingerprint (the steady statement) and with none (the full load, cold and
-warm), FOREIGN_KEYS_OF, and building the Graph object in Python. Statements and round trips
-per call are counted on the wire and with pg_stat_statements (benchlib.count_round_trips). A
-case whose steady median misses its target is profiled with cProfile (PROFILED_CALLS calls).
+Busy database: the steady measurement of BUSY_CASES again while a background task on its own
+connection commits one-row INSERTs into public.busy_log at about BUSY_RATE a second, so the
+snapshot moves between calls and every call computes the fingerprint. These rows are labelled
+"busy:" and have the same targets. The writer is stopped afterwards.
+
+Then, without the tool, on a plain asyncpg connection while nothing commits: GRAPH with the
+snapshot unchanged (the snapshot and fingerprint of a GRAPH call just before: the steady
+statement), GRAPH with a changed snapshot and the fingerprint unchanged (what each call costs
+when other sessions keep committing), the fingerprint expression alone and each of its four
+parts, GRAPH's full load (cold and warm), FOREIGN_KEYS_OF for each get_foreign_keys case, and
+building the Graph object in Python, plus EXPLAIN ANALYZE hot spots. Statements and round
+trips per call are counted on the wire and with pg_stat_statements
+(benchlib.count_round_trips). A case whose steady median misses its target is profiled with
+cProfile (PROFILED_CALLS calls).
 
 Run: uv run python bench/bench_relationships.py
 """
@@ -37,7 +46,8 @@ import json
 import logging
 import os
 import time
-from contextlib import ExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +86,9 @@ MAX_DEPTH = 6
 SETTINGS = SERVER_SETTINGS | {"shared_preload_libraries": "pg_stat_statements"}
 
 LONELY = "CREATE TABLE public.lonely (id bigint PRIMARY KEY, name text)"
+BUSY_LOG = "CREATE TABLE public.busy_log (n bigint, at timestamptz)"
+BUSY_INSERT = "INSERT INTO public.busy_log VALUES ($1, clock_timestamp())"
+BUSY_RATE = 300  # commits a second the writer aims at
 
 # One INFO line per PATH_NOT_FOUND answer otherwise.
 logging.getLogger("pg_mcp_server.tools.registry").setLevel(logging.WARNING)
@@ -121,18 +134,20 @@ CASES = [
     _keys("2 out, many in", "s00.t001"),
     _keys("no keys", "public.lonely"),
 ]
+BUSY_CASES = [CASES[0], CASES[2]]  # near, cross-schema
 
 
 @dataclass
 class Result:
     case: Case
     answer: str = ""  # what the tool answered, in short
-    cold: tuple[float, float] = (0.0, 0.0)  # medians: fresh server; on an open connection
+    cold: tuple[float, float] | None = None  # medians: fresh server; on an open connection
     steady: tuple[float, float] = (0.0, 0.0)
     tool_fn: float = 0.0  # stopwatch medians, steady state
     statement: float = 0.0
     search: float = 0.0  # Graph.paths
     no_path: float | None = None  # joinpaths.no_path, when the answer is PATH_NOT_FOUND
+    fingerprinted: int | None = None  # timed find_join_path calls that computed the fingerprint
     statements_per_call: float = 0.0
     round_trips: tuple[float, float] = (0.0, 0.0)  # critical path, background
     wire_detail: str = ""
@@ -202,6 +217,26 @@ async def time_cold(dsn: str, case: Case) -> tuple[float, float]:
     return summary(first)[0], summary(on_open)[0]
 
 
+Load = Callable[..., Awaitable[Any]]
+
+
+def noting_fingerprints(computed: list[bool]) -> Callable[[Load], Load]:
+    """Wraps GraphCache.load to note, per call, whether GRAPH computed the fingerprint: the
+    cache takes the statement's snapshot exactly when it did (see GraphCache.load)."""
+
+    def wrap(load: Load) -> Load:
+        async def noted(self: joinpaths.GraphCache, *args: Any) -> Any:
+            before = self.snapshot
+            try:
+                return await load(self, *args)
+            finally:
+                computed.append(self.snapshot != before)
+
+        return noted
+
+    return wrap
+
+
 async def time_steady(dsn: str, case: Case, result: Result) -> None:
     """WARMUP then RUNS calls on one server, with stopwatches (see module docstring)."""
     server = new_server(dsn)
@@ -210,10 +245,12 @@ async def time_steady(dsn: str, case: Case, result: Result) -> None:
     in_tool, in_statement, in_search, in_no_path = (Stopwatch() for _ in range(4))
     tool.fn = in_tool.wrap(tool.fn)
     samples = []
+    computed: list[bool] = []
     with ExitStack() as patches:
         # The statement (with its decoding) and the search in Python; the tool functions look
         # these up as module globals at call time.
         patches.enter_context(patched(joinpaths.GraphCache, "load", in_statement.wrap))
+        patches.enter_context(patched(joinpaths.GraphCache, "load", noting_fingerprints(computed)))
         patches.enter_context(patched(relationship_tools, "foreign_keys_of", in_statement.wrap))
         patches.enter_context(patched(joinpaths.Graph, "paths", in_search.wrap_sync))
         patches.enter_context(patched(relationship_tools, "no_path", in_no_path.wrap_sync))
@@ -229,6 +266,7 @@ async def time_steady(dsn: str, case: Case, result: Result) -> None:
             result.statement = in_statement.median(RUNS)
             if case.tool == "find_join_path":
                 result.search = in_search.median(RUNS)
+                result.fingerprinted = sum(computed[-RUNS:])
             if case.error is not None:
                 result.no_path = in_no_path.median(RUNS)
             if result.steady[0] > case.target_ms:
@@ -244,9 +282,11 @@ async def profile(client: Client, case: Case) -> str:
     return top_functions(profiler)
 
 
-def graph_binds(case: Case, fingerprint: str | None) -> tuple[Any, ...]:
+def graph_binds(case: Case, snapshot: str | None, fingerprint: str | None) -> tuple[Any, ...]:
+    """GRAPH's binds: the cached snapshot and fingerprint (None: none cached), then both ends."""
     a = case.arguments
-    return (fingerprint, a["from_schema"], a["from_table"], a["to_schema"], a["to_table"])
+    ends = (a["from_schema"], a["from_table"], a["to_schema"], a["to_table"])
+    return (snapshot, fingerprint, *ends)
 
 
 def keys_binds(case: Case) -> tuple[Any, ...]:
@@ -255,8 +295,7 @@ def keys_binds(case: Case) -> tuple[Any, ...]:
 
 async def count(dsn: str, case: Case, result: Result) -> None:
     if case.tool == "find_join_path":
-        # joinpaths.GRAPH is what GraphCache.load runs (the what-if swaps it).
-        label, statement = "GRAPH", (joinpaths.GRAPH, graph_binds(case, None))  # type: ignore[attr-defined]
+        label, statement = "GRAPH", (relationships.GRAPH, graph_binds(case, None, None))
     else:
         label, statement = "FOREIGN_KEYS_OF", (relationships.FOREIGN_KEYS_OF, keys_binds(case))
     counts = await count_round_trips(
@@ -279,13 +318,15 @@ async def count(dsn: str, case: Case, result: Result) -> None:
 @dataclass
 class Raw:
     lines: list[str] = field(default_factory=list)
-    fingerprint: tuple[float, float] = (0.0, 0.0)
     hotspots: list[str] = field(default_factory=list)
 
     def add(self, label: str, samples: list[float]) -> tuple[float, float]:
         median, p95 = summary(samples)
         self.lines.append(f"| {label} | {median:.1f} / {p95:.1f} | {len(samples)} |")
         return median, p95
+
+    def note(self, text: str) -> None:
+        self.lines.append(f"| ({text}) | | |")
 
 
 async def timed(conn: asyncpg.Connection, runs: int, sql: str, *binds: Any) -> list[float]:
@@ -299,26 +340,20 @@ async def timed(conn: asyncpg.Connection, runs: int, sql: str, *binds: Any) -> l
     return samples
 
 
-# GRAPH's `fp` CTE is a plain subquery, which PostgreSQL pulls up into the outer query, so the
-# fingerprint expression is copied into both places that use it (the output column and the
-# CASE) and evaluated twice. The what-if variant materializes it.
-_FP_CTE = "WITH fp AS (SELECT"
-_FP_ONCE = "WITH fp AS MATERIALIZED (SELECT"
-
-
-def fingerprint_once(sql: str) -> str:
-    assert sql.count(_FP_CTE) == 1, "GRAPH changed; update the diagnostic"
-    return sql.replace(_FP_CTE, _FP_ONCE)
-
-
-async def attribute_scans(conn: asyncpg.Connection, sql: str, *binds: Any) -> int:
-    """How many scans of pg_attribute one execution runs (the fingerprint's costliest part)."""
-    plan = await conn.fetch(f"EXPLAIN (ANALYZE, TIMING OFF) {sql}", *binds)
-    return sum(
-        "Scan on pg_attribute" in r[0] and "never executed" not in r[0]
-        and "Index" not in r[0]
-        for r in plan
-    )  # fmt: skip
+async def timed_graph(
+    conn: asyncpg.Connection, runs: int, binds: tuple[Any, ...]
+) -> tuple[list[float], int]:
+    """GRAPH `runs` times (after one untimed call), and in how many it computed the
+    fingerprint."""
+    await conn.fetchrow(relationships.GRAPH, *binds)
+    samples, computed = [], 0
+    for _ in range(runs):
+        start = time.perf_counter_ns()
+        row = await conn.fetchrow(relationships.GRAPH, *binds)
+        samples.append(ms_since(start))
+        assert row is not None
+        computed += row["fingerprint"] is not None
+    return samples, computed
 
 
 def fingerprint_parts() -> list[str]:
@@ -334,57 +369,52 @@ async def raw_costs(dsn: str) -> Raw:
     conn = await asyncpg.connect(dsn)
     try:
         fp_sql = f"SELECT {relationships._FINGERPRINT} AS fingerprint"
-        raw.fingerprint = raw.add(
-            "fingerprint expression alone", await timed(conn, RAW_RUNS, fp_sql)
+        # The snapshot and fingerprint as the cache would keep them: one GRAPH call (with a
+        # bogus snapshot, so it computes the fingerprint; the real one, so it loads no keys).
+        row = await conn.fetchrow(
+            relationships.GRAPH, *graph_binds(case, "x", await conn.fetchval(fp_sql))
         )
+        assert row is not None
+        steady = graph_binds(case, row["snapshot"], row["fingerprint"])
+        moved = graph_binds(case, "x", row["fingerprint"])
+        samples, computed = await timed_graph(conn, RAW_RUNS, steady)
+        raw.add("GRAPH, snapshot unchanged (steady state, nothing commits)", samples)
+        raw.note(f"it computed the fingerprint in {computed} of {len(samples)} timed runs")
+        samples, computed = await timed_graph(conn, RAW_RUNS, moved)
+        raw.add("GRAPH, snapshot changed, fingerprint unchanged (others commit)", samples)
+        raw.note(f"it computed the fingerprint in {computed} of {len(samples)} timed runs")
+        raw.add("fingerprint expression alone", await timed(conn, RAW_RUNS, fp_sql))
         names = ["pg_constraint (FKs)", "pg_class", "pg_attribute", "pg_namespace"]
         for name, part in zip(names, fingerprint_parts(), strict=True):
             raw.add(f"- its {name} part", await timed(conn, RAW_RUNS, f"SELECT {part}"))
-        fingerprint = await conn.fetchval(fp_sql)
-        steady = graph_binds(case, fingerprint)
-        raw.add(
-            "GRAPH, fingerprint unchanged (steady state)",
-            await timed(conn, RAW_RUNS, relationships.GRAPH, *steady),
-        )
-        once = fingerprint_once(relationships.GRAPH)
-        raw.add(
-            "what-if: the same with `fp` MATERIALIZED (fingerprint evaluated once)",
-            await timed(conn, RAW_RUNS, once, *steady),
-        )
-        scans = (
-            await attribute_scans(conn, relationships.GRAPH, *steady),
-            await attribute_scans(conn, once, *steady),
-        )
-        raw.lines.append(
-            f"| (pg_attribute seq scans executed per GRAPH: {scans[0]}; with MATERIALIZED: "
-            f"{scans[1]}) | | |"
-        )
         sizes = await conn.fetchrow(
             "SELECT (SELECT count(*) FROM pg_catalog.pg_attribute) AS attributes,"
             " (SELECT count(*) FROM pg_catalog.pg_class) AS classes,"
+            " (SELECT count(*) FROM pg_catalog.pg_constraint) AS constraints,"
             " (SELECT count(*) FROM pg_catalog.pg_constraint WHERE contype = 'f') AS fks"
         )
         assert sizes is not None
-        raw.lines.append(
-            f"| (rows scanned: pg_attribute {sizes['attributes']:,}, pg_class "
-            f"{sizes['classes']:,}, foreign keys {sizes['fks']:,}) | | |"
+        raw.note(
+            f"rows scanned: pg_attribute {sizes['attributes']:,}, pg_class "
+            f"{sizes['classes']:,}, pg_constraint {sizes['constraints']:,} "
+            f"of which {sizes['fks']:,} foreign keys"
         )
-        raw.add(
-            "FOREIGN_KEYS_OF s03.t500",
-            await timed(conn, RAW_RUNS, relationships.FOREIGN_KEYS_OF, "s03", "t500"),
-        )
-        raw.add(
-            "FOREIGN_KEYS_OF s00.t001",
-            await timed(conn, RAW_RUNS, relationships.FOREIGN_KEYS_OF, "s00", "t001"),
-        )
-        raw.hotspots.append("GRAPH, fingerprint unchanged (steady state):")
+        for keys_case in (c for c in CASES if c.tool == "get_foreign_keys"):
+            schema, name = keys_binds(keys_case)
+            raw.add(
+                f"FOREIGN_KEYS_OF {schema}.{name}",
+                await timed(conn, RAW_RUNS, relationships.FOREIGN_KEYS_OF, schema, name),
+            )
+        raw.hotspots.append("GRAPH, snapshot unchanged (steady state):")
         raw.hotspots.append(await plan_hotspots(conn, relationships.GRAPH, *steady))
+        raw.hotspots.append("GRAPH, snapshot changed, fingerprint unchanged:")
+        raw.hotspots.append(await plan_hotspots(conn, relationships.GRAPH, *moved))
         raw.hotspots.append("FOREIGN_KEYS_OF s03.t500:")
         raw.hotspots.append(await plan_hotspots(conn, relationships.FOREIGN_KEYS_OF, "s03", "t500"))
     finally:
         await conn.close()
 
-    full = graph_binds(case, None)
+    full = graph_binds(case, None, None)
     conn = await asyncpg.connect(dsn)  # a fresh backend: cold relation and catalog caches
     try:
         start = time.perf_counter_ns()
@@ -399,7 +429,7 @@ async def raw_costs(dsn: str) -> Raw:
     raw.lines.append(f"| GRAPH, full load, first statement of a new connection | {cold:.1f} | 1 |")
     assert row is not None
     keys = row["keys"] if isinstance(row["keys"], list) else json.loads(row["keys"])
-    raw.lines.append(f"| (the full load returns {len(keys):,} keys) | | |")
+    raw.note(f"the full load returns {len(keys):,} keys")
     build_samples = []
     for _ in range(LOAD_RUNS):
         start = time.perf_counter_ns()
@@ -407,6 +437,60 @@ async def raw_costs(dsn: str) -> Raw:
         build_samples.append(ms_since(start))
     raw.add("ForeignKey objects + Graph build in Python", build_samples)
     return raw
+
+
+# --- a busy database --------------------------------------------------------------------------
+
+
+@dataclass
+class Writer:
+    commits: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.commits / self.seconds if self.seconds else 0.0
+
+
+@asynccontextmanager
+async def busy_writer(dsn: str) -> AsyncIterator[Writer]:
+    """Inside the block, a task on its own connection commits one-row INSERTs into
+    public.busy_log, paced to BUSY_RATE a second; stopped (and its connection closed) at the
+    end."""
+    conn = await asyncpg.connect(dsn)
+    writer = Writer()
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        began = time.monotonic()
+        while not stop.is_set():
+            await conn.execute(BUSY_INSERT, writer.commits)  # autocommit: one commit each
+            writer.commits += 1
+            await asyncio.sleep(max(0.0, began + writer.commits / BUSY_RATE - time.monotonic()))
+
+    began = time.monotonic()
+    task = asyncio.create_task(write())
+    try:
+        await asyncio.sleep(0.5)  # running before the first call
+        yield writer
+    finally:
+        stop.set()
+        await task
+        writer.seconds = time.monotonic() - began
+        await conn.close()
+
+
+async def busy(dsn: str) -> tuple[list[Result], Writer]:
+    results = []
+    async with busy_writer(dsn) as writer:
+        for case in BUSY_CASES:
+            case = Case(f"busy: {case.label}", case.tool, case.arguments, case.target_ms)
+            result = Result(case)
+            await time_steady(dsn, case, result)
+            await count(dsn, case, result)
+            results.append(result)
+            report(result)
+    return results, writer
 
 
 # --- driver ----------------------------------------------------------------------------------
@@ -417,9 +501,19 @@ async def prepare(dsn: str) -> None:
     try:
         await conn.execute("CREATE EXTENSION pg_stat_statements")
         await conn.execute(LONELY)
+        await conn.execute(BUSY_LOG)
         await conn.execute("ANALYZE public.lonely")
     finally:
         await conn.close()
+
+
+def report(result: Result) -> None:
+    print(f"\n## {result.case.label}: {result.answer}; steady median {result.steady[0]:.1f} ms")
+    print(f"wire round trips per call: {result.wire_detail}")
+    print(f"pg_stat_statements per call: {result.pgss_detail}", flush=True)
+    if result.profile:
+        print(f"\nTarget missed. cProfile of {PROFILED_CALLS} in-process calls:\n")
+        print(result.profile, flush=True)
 
 
 def table(results: list[Result]) -> str:
@@ -430,9 +524,10 @@ def table(results: list[Result]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        cold = "-" if r.cold is None else f"{r.cold[0]:.0f} / {r.cold[1]:.0f}"
         lines.append(
             f"| {r.case.label} | {r.answer} | <= {r.case.target_ms:g} ms "
-            f"| {r.cold[0]:.0f} / {r.cold[1]:.0f} | {r.steady[0]:.1f} / {r.steady[1]:.1f} "
+            f"| {cold} | {r.steady[0]:.1f} / {r.steady[1]:.1f} "
             f"| {'yes' if r.passed else 'NO'} | {r.statements_per_call:g} "
             f"| {r.round_trips[0]:g} + {r.round_trips[1]:g} |"
         )
@@ -442,15 +537,17 @@ def table(results: list[Result]) -> str:
 def split_table(results: list[Result]) -> str:
     lines = [
         "| case | whole call | tool function | the statement (with decoding) "
-        "| path search (Graph.paths) | PATH_NOT_FOUND suggestions (no_path) |",
-        "|---|---|---|---|---|---|",
+        "| path search (Graph.paths) | PATH_NOT_FOUND suggestions (no_path) "
+        f"| calls that computed the fingerprint (of {RUNS}) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in results:
         search = f"{r.search:.2f}" if r.case.tool == "find_join_path" else "-"
         no_path = "-" if r.no_path is None else f"{r.no_path:.2f}"
+        computed = "-" if r.fingerprinted is None else str(r.fingerprinted)
         lines.append(
             f"| {r.case.label} | {r.steady[0]:.2f} | {r.tool_fn:.2f} | {r.statement:.2f} "
-            f"| {search} | {no_path} |"
+            f"| {search} | {no_path} | {computed} |"
         )
     return "\n".join(lines)
 
@@ -465,31 +562,21 @@ async def bench(dsn: str) -> None:
         await time_steady(dsn, case, result)
         await count(dsn, case, result)
         results.append(result)
-        print(f"\n## {case.label}: {result.answer}; steady median {result.steady[0]:.1f} ms")
-        print(f"wire round trips per call: {result.wire_detail}")
-        print(f"pg_stat_statements per call: {result.pgss_detail}", flush=True)
-        if result.profile:
-            print(f"\nTarget missed. cProfile of {PROFILED_CALLS} in-process calls:\n")
-            print(result.profile, flush=True)
-    # What-if: the steady cross-schema case again with the fingerprint evaluated once.
-    case = CASES[2]
-    case = Case(f"what-if, `fp` MATERIALIZED: {case.label}", case.tool, case.arguments, 30)
-    with patched(joinpaths, "GRAPH", fingerprint_once):
-        result = Result(case)
-        result.cold = await time_cold(dsn, case)
-        await time_steady(dsn, case, result)
-        await count(dsn, case, result)
-        results.append(result)
+        report(result)
+    busy_results, writer = await busy(dsn)
+    results += busy_results
     raw = await raw_costs(dsn)
     load_after = os.getloadavg()[0]
     print(f"\nmax_depth {MAX_DEPTH}. Cold: median of {COLD_RUNS} fresh servers. Steady: {WARMUP}")
     print(f"warm-up then {RUNS} timed calls; in-process client, output validation off.")
+    print(f"busy: {writer.commits:,} commits by the writer in {writer.seconds:.1f} s")
+    print(f"({writer.rate:.0f} a second, aiming at {BUSY_RATE}).")
     print(f"1-minute load average {load_before:.2f} before, {load_after:.2f} after.\n")
     print(table(results))
     print("\nSteady-state medians (ms): the tool function contains the statement and the two")
     print("Python steps after it (the path search, then for PATH_NOT_FOUND the suggestions):\n")
     print(split_table(results))
-    print("\nWithout the tool, on a plain asyncpg connection (ms):\n")
+    print("\nWithout the tool, on a plain asyncpg connection, nothing committing (ms):\n")
     print("| statement | median / p95 | runs |\n|---|---|---|")
     print("\n".join(raw.lines))
     print("\nPostgreSQL hot spots (EXPLAIN ANALYZE, one run after the timed ones):\n")
