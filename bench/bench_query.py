@@ -49,7 +49,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult
 
-from pg_mcp_server.config import Settings
+from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.server import build_server
 from pg_mcp_server.tools import query_tools
 
@@ -171,7 +171,10 @@ class Shape:
 
 
 def cap_label(max_bytes: int | None) -> str:
-    return "default cap (1,000,000 B)" if max_bytes is None else f"cap {max_bytes:,} B"
+    if max_bytes is None:
+        default = ServerSettings.model_fields["max_result_bytes"].default
+        return f"default cap ({default:,} B)"
+    return f"cap {max_bytes:,} B"
 
 
 async def in_process(dsn: str, table: str, max_bytes: int | None) -> list[str]:

@@ -1,31 +1,23 @@
-"""HTTP servers for bench_http.py: the SDK's floor, and our gateway app behind an import string.
+"""HTTP servers for bench_http.py: the SDK's floor, and our gateway app for profiling.
 
 `--app constant` is the floor: an `MCPServer` whose one tool, `constant`, is async and returns
 42 (so it has an output schema and structured content, like our tools), served exactly the way
 `pg-mcp-server --transport http` serves ours: `streamable_http_app(stateless_http=True,
 json_response=True)` with the same transport security (DNS-rebinding protection, loopback
-hosts and origins), under `uvicorn.run(..., log_config=None)`, with the same logging set-up
-(`pg_mcp_server.__main__.configure_logging`, level and format from MCP_LOG_LEVEL /
+hosts and origins), under `uvicorn.run(..., log_config=None)` with uvicorn's defaults otherwise
+(loop and http "auto": uvloop and httptools when installed, as for ours), with the same logging
+set-up (`pg_mcp_server.__main__.configure_logging`, level and format from MCP_LOG_LEVEL /
 MCP_LOG_FORMAT), so both write the same per-request log lines.
 
 `--app ours` is `pg_mcp_server.gateway.http_app(Settings.load())`: the app `pg-mcp-server
 --transport http` runs, with its settings from the environment (PG_DSN, PG_POOL_SIZE,
 MCP_MAX_CONCURRENT_REQUESTS, ...). Unlike the console script it skips the start-up privilege
-audit, which does not touch the request path. bench_http.py uses it for `--workers 2` (uvicorn
-needs an import string to start workers, and `__main__` passes an app object) and for
-profiling; the single-worker measurements use the real console script.
+audit, which does not touch the request path. bench_http.py uses it only for profiling (one
+worker); every measured run of ours uses the real console script (`--workers 1` or `2`).
 
 `--workers N` (N > 1) runs `uvicorn.run("http_constant_server:<factory>", factory=True,
-workers=N)`: each worker is a spawned process that imports this module (bench/ is on the
-path it inherits) and builds its own app, with its own connection pool for `ours`.
-
-`--tcp-nodelay` sets TCP_NODELAY on every accepted connection (in each worker). With
-`workers > 1` uvicorn binds the listening socket itself as `socket.socket(AF_INET)`, whose
-`proto` is 0, so asyncio's `_set_nodelay` (which wants `proto == IPPROTO_TCP`) skips the
-accepted connections: Nagle stays on, and an answer, which uvicorn writes as head then body,
-waits for the client's delayed ACK (about 40 ms). A single worker is not affected (asyncio
-creates that socket itself, with proto 6). The option patches asyncio's check in this process
-only, to measure what two workers would do once that is fixed.
+workers=N)`, as the console script does with `--workers N`: each worker is a spawned process
+that imports this module (bench/ is on the path it inherits) and builds its own app.
 
 `--profile PATH` (one worker only): SIGUSR1 turns the profiler on, SIGUSR2 turns it off and
 writes its result to PATH, so only the calls in between are profiled. `--profiler cprofile`
@@ -41,12 +33,10 @@ Run (normally spawned by bench_http.py):
 from __future__ import annotations
 
 import argparse
-import asyncio.base_events
 import cProfile
 import json
 import os
 import signal
-import socket
 import time
 from types import FrameType
 from typing import Any
@@ -70,7 +60,6 @@ async def constant() -> int:
 
 def constant_app() -> ASGIApp:
     """The floor: one constant tool, served as our server is (see the module docstring)."""
-    tcp_nodelay_if_asked()
     srv = ServerSettings()
     server: MCPServer[Any] = MCPServer(name="http-floor", log_level=srv.log_level)
     server.add_tool(constant, name="constant", description="Return 42 (benchmark floor).")
@@ -91,26 +80,10 @@ def constant_app() -> ASGIApp:
 
 def ours_app() -> ASGIApp:
     """pg-mcp-server's HTTP app, settings from the environment (PG_DSN etc.)."""
-    tcp_nodelay_if_asked()
     settings = Settings.load()
     app = http_app(settings)
     configure_logging(settings.server.log_level, settings.server.log_format)
     return app
-
-
-NODELAY_ENV = "BENCH_TCP_NODELAY"  # how --tcp-nodelay reaches the spawned workers
-
-
-def _nodelay_any_proto(sock: socket.socket) -> None:
-    if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-def tcp_nodelay_if_asked() -> None:
-    """With BENCH_TCP_NODELAY=1, TCP_NODELAY on accepted sockets whatever their `proto`."""
-    if os.environ.get(NODELAY_ENV) == "1":
-        # private asyncio function; patched in this bench process only
-        setattr(asyncio.base_events, "_set_nodelay", _nodelay_any_proto)  # noqa: B010
 
 
 FACTORIES = {"constant": constant_app, "ours": ours_app}
@@ -185,12 +158,9 @@ def main() -> None:
     p.add_argument("--app", choices=sorted(FACTORIES), required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--tcp-nodelay", action="store_true", help="TCP_NODELAY on every connection")
     p.add_argument("--profile", metavar="PATH", help="profile between SIGUSR1 and SIGUSR2")
     p.add_argument("--profiler", choices=["cprofile", "sample"], default="cprofile")
     args = p.parse_args()
-    if args.tcp_nodelay:
-        os.environ[NODELAY_ENV] = "1"  # inherited by spawned workers
     level = ServerSettings().log_level.lower()
     common: dict[str, Any] = {"host": HOST, "port": args.port, "log_level": level}
     if args.workers > 1:
