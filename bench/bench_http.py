@@ -978,7 +978,7 @@ BUCKETS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("logging (2 INFO lines per request)", "logging/__init__.py", frozenset({"_log"})),
     ("HTTP: uvicorn response write", "_impl.py", frozenset({"send"})),
     (
-        "HTTP: uvicorn request parse (httptools callbacks)",
+        "HTTP: request parse (httptools callbacks; under uvloop also the C work before them)",
         "_impl.py",
         frozenset({"data_received", "on_url", "on_header", "on_headers_complete", "on_body"}),
     ),
