@@ -120,3 +120,12 @@ def test_worker_processes_get_the_same_settings(monkeypatch: pytest.MonkeyPatch)
     assert copy.database.password is not None
     assert copy.database.password.get_secret_value() == "from-env"
     assert [t.get_secret_value() for t in copy.server.auth_tokens] == ["t1", "t2"]
+
+
+def test_a_password_can_stay_out_of_the_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PG_PASSWORD", "s3cret")
+    settings = settings_from_args(parse_args([]), "postgresql://reader@db/app")
+    assert settings.database.connect_kwargs() == {
+        "dsn": "postgresql://reader@db/app",
+        "password": "s3cret",
+    }

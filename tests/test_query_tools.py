@@ -237,9 +237,10 @@ async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn
     settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
     db = Database(settings.database)
     writes = (
-        "CREATE TABLE sneaky (id int)",
-        "INSERT INTO items VALUES (-1, 'x', 1, NULL)",
-        "SELECT set_config('transaction_read_only', 'off', true), (SELECT count(*) FROM items)",
+        "CREATE TABLE public.sneaky (id int)",
+        "INSERT INTO public.items VALUES (-1, 'x', 1, NULL)",
+        "SELECT set_config('transaction_read_only', 'off', true), "
+        "(SELECT count(*) FROM public.items)",
     )
     try:
         for use in (db.read_only, db.catalog):
@@ -254,10 +255,28 @@ async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn
         async with db.catalog() as conn:
             assert await conn.fetchval("SHOW transaction_read_only") == "on"
             with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
-                await conn.execute("DELETE FROM items")
+                await conn.execute("DELETE FROM public.items")
     finally:
         await db.dispose()
     assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000
+
+
+async def test_a_left_over_prepared_statement_discards_the_session(qdsn: str) -> None:
+    """A session where SQL-level PREPARE left a statement (past the guard) is not reused."""
+    settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
+    db = Database(settings.database)
+    try:
+        async with db.read_only() as conn:
+            await conn.execute("PREPARE left_behind AS SELECT 1")  # bypassing the guard
+            pid = await conn.fetchval("SELECT pg_backend_pid()")
+        async with db.catalog() as conn:
+            assert await conn.fetchval("SELECT pg_backend_pid()") != pid
+            assert (
+                await conn.fetchval("SELECT count(*) FROM pg_prepared_statements WHERE from_sql")
+                == 0
+            )
+    finally:
+        await db.dispose()
 
 
 async def test_a_repeated_query_sees_the_table_change(qdsn: str) -> None:

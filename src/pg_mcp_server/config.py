@@ -79,15 +79,16 @@ class DatabaseSettings(BaseSettings):
         return self
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `asyncpg.connect`; the DSN, when given, wins over the parts."""
+        """Keyword arguments for `asyncpg.connect`; the DSN, when given, wins over the parts,
+        except PG_PASSWORD, which keeps a password out of a DSN given on the command line."""
         if self.dsn is not None:
             kwargs: dict[str, Any] = {"dsn": self.dsn.get_secret_value()}
         else:
             kwargs = {"host": self.host, "port": self.port, "database": self.database}
             if self.user:
                 kwargs["user"] = self.user
-            if self.password is not None:
-                kwargs["password"] = self.password.get_secret_value()
+        if self.password is not None:
+            kwargs["password"] = self.password.get_secret_value()
         if self.sslmode is not None:
             kwargs["ssl"] = self.sslmode
         return kwargs

@@ -196,9 +196,15 @@ WORKER_WARNINGS = "PGMCP_WORKER_WARNINGS"
 
 
 def worker_app() -> Gateway:
-    """The app of one HTTP worker process (uvicorn imports it by name, as a factory)."""
-    from pg_mcp_server.__main__ import configure_logging
+    """The app of one HTTP worker process (uvicorn imports it by name, as a factory). The
+    settings are taken out of the environment, so nothing this process starts inherits them."""
+    from pydantic import ValidationError
 
-    settings = Settings.from_json(os.environ[WORKER_SETTINGS])
+    from pg_mcp_server.__main__ import _explain, configure_logging
+
+    try:
+        settings = Settings.from_json(os.environ.pop(WORKER_SETTINGS))
+    except ValidationError as exc:  # the message must not carry the values (secrets)
+        raise RuntimeError(f"invalid worker settings:\n{_explain(exc)}") from None
     configure_logging(settings.server.log_level, settings.server.log_format)
-    return http_app(settings, json.loads(os.environ.get(WORKER_WARNINGS, "[]")))
+    return http_app(settings, json.loads(os.environ.pop(WORKER_WARNINGS, "[]")))

@@ -53,10 +53,15 @@ T = TypeVar("T")
 # fine here: one round trip each.
 _SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
 _BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
-# Before reuse: drop session advisory locks and LISTEN registrations and reset every setting,
-# then make the session read-only again (RESET ALL undid that too). A rollback goes first when
-# a transaction is open (see _end).
-_RESET = "SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; " + _SESSION
+# Before reuse: refuse a session where SQL-level PREPARE left a statement behind (the guard
+# never lets one through; this is the backstop), drop session advisory locks and LISTEN
+# registrations, reset every setting, then set the session up again (RESET ALL undid that
+# too). A rollback goes first when a transaction is open (see _end).
+_RESET = (
+    "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
+    "::pg_catalog.int4; "
+    "SELECT pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; " + _SESSION
+)
 
 
 # The backends working for the current request (set by the HTTP gateway per request and
@@ -93,12 +98,16 @@ class Database:
             timeout=self.settings.pool_timeout,
             server_settings={"application_name": APPLICATION_NAME},
         )
-        # asyncpg turns intervals into timedelta, which folds months into 30 days; the
-        # server's own text ("1 mon 2 days 03:00:00") is exact.
-        await conn.set_type_codec(
-            "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
-        )
-        await conn.execute(_SESSION.format(ms=self.settings.statement_timeout))
+        try:
+            # asyncpg turns intervals into timedelta, which folds months into 30 days; the
+            # server's own text ("1 mon 2 days 03:00:00") is exact.
+            await conn.set_type_codec(
+                "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
+            )
+            await conn.execute(_SESSION.format(ms=self.settings.statement_timeout))
+        except BaseException:
+            conn.terminate()
+            raise
         return conn
 
     def timeout_ms(self, requested: int | None = None) -> int:
@@ -186,9 +195,10 @@ class Database:
             yield conn
         except PgMcpError:
             raise
-        except asyncpg.InvalidCachedStatementError as exc:
-            # Other connections may hold the same stale statement: every connection drops its
-            # statement cache before its next use (asyncpg does this only inside its own pool).
+        except (asyncpg.InvalidCachedStatementError, asyncpg.InvalidSQLStatementNameError) as exc:
+            # A cached statement no longer fits its tables (or is gone). Other connections may
+            # hold the same one: every connection drops its statement cache before its next use
+            # (asyncpg does this only inside its own pool).
             self._cache_epoch += 1
             raise StatementChangedError(exc.message, context=_pg_context(exc)) from None
         except Exception as exc:

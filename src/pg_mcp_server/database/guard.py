@@ -10,6 +10,7 @@ or immutable ones (volatility read from `pg_proc`) plus a short list of harmless
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import re
@@ -247,7 +248,8 @@ class SqlGuard:
     (read from PostgreSQL and cached). The catalog is read on the caller's connection the first
     time, and again whenever a statement calls a function name it has not seen; once it is a
     minute old it is read again in the background, on a connection of its own from `connect`
-    (without `connect`, on the caller's), while the current one keeps serving."""
+    (without `connect`, on the caller's), while the current one keeps serving; at two minutes
+    (background reads failing) the caller waits for an inline read again."""
 
     strict_comments: bool = True
     catalog: SafetyCatalog = field(default_factory=SafetyCatalog)
@@ -260,20 +262,30 @@ class SqlGuard:
         parsed = parse_select(
             sql, position_offset=position_offset, strict_comments=self.strict_comments
         )
-        if self.catalog.unfit(parsed.functions) or (
-            self.catalog.expired() and self.connect is None
+        # Inline when it must be (and when background reads have failed for a minute more).
+        if (
+            self.catalog.unfit(parsed.functions)
+            or self.catalog.expired(factor=2)
+            or (self.catalog.expired() and self.connect is None)
         ):
-            self.catalog = await SafetyCatalog.read(conn)
+            self._install(await SafetyCatalog.read(conn))
         elif self.catalog.expired() and self._refreshing is None:
-            self._refreshing = asyncio.create_task(self._refresh())
+            # A context of its own: the request that happens to start it must not be able to
+            # cancel it (the HTTP gateway cancels what a dropped request was running).
+            self._refreshing = asyncio.create_task(self._refresh(), context=contextvars.Context())
         check_safety(parsed, self.catalog)
         return parsed
+
+    def _install(self, catalog: SafetyCatalog) -> None:
+        """Keep the newest: a slow background read must not replace a later inline one."""
+        if catalog.loaded_at >= self.catalog.loaded_at:
+            self.catalog = catalog
 
     async def _refresh(self) -> None:
         assert self.connect is not None
         try:
             async with self.connect() as conn:
-                self.catalog = await SafetyCatalog.read(conn)
+                self._install(await SafetyCatalog.read(conn))
         except Exception:
             logger.warning("refreshing the safety catalog failed; will retry", exc_info=True)
         finally:

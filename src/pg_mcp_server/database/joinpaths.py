@@ -175,29 +175,45 @@ class Graph:
         return [f"{s}.{t}" for s, t in near[:limit]]
 
 
-@dataclass
-class GraphCache:
-    """The foreign-key graph, rebuilt only when the catalog fingerprint changes; the
-    fingerprint itself is computed only when the database snapshot has moved (see GRAPH)."""
-
+@dataclass(frozen=True)
+class GraphState:
     snapshot: str | None = None
     fingerprint: str | None = None
     graph: Graph = field(default_factory=lambda: Graph([]))
+
+
+@dataclass
+class GraphCache:
+    """The foreign-key graph, rebuilt only when the catalog fingerprint changes; the
+    fingerprint itself is computed only when the database snapshot has moved (see GRAPH).
+    Snapshot, fingerprint and graph change together, so concurrent calls cannot pair a new
+    fingerprint with an old graph."""
+
+    state: GraphState = field(default_factory=GraphState)
+
+    @property
+    def graph(self) -> Graph:
+        return self.state.graph
 
     async def load(
         self, conn: asyncpg.Connection, start: tuple[str, str], goal: tuple[str, str]
     ) -> tuple[Graph, int, int]:
         """The graph and the oids of both ends (one statement); TABLE_NOT_FOUND if missing."""
-        row = await conn.fetchrow(GRAPH, self.snapshot, self.fingerprint, *start, *goal)
+        seen = self.state
+        row = await conn.fetchrow(GRAPH, seen.snapshot, seen.fingerprint, *start, *goal)
         assert row is not None
         for end, oid in ((start, row["from_oid"]), (goal, row["to_oid"])):
             if oid is None:
                 raise await catalog.missing_table(conn, *end)
-        if row["keys"] is not None:
-            self.graph = Graph([ForeignKey.from_json(k) for k in row["keys"]])
-        if row["fingerprint"] is not None:  # checked (and reloaded if it changed) just now
-            self.fingerprint, self.snapshot = row["fingerprint"], row["snapshot"]
-        return self.graph, int(row["from_oid"]), int(row["to_oid"])
+        state = seen
+        if row["keys"] is not None:  # the fingerprint changed: a new graph
+            keys = [ForeignKey.from_json(k) for k in row["keys"]]
+            state = GraphState(row["snapshot"], row["fingerprint"], Graph(keys))
+        elif row["fingerprint"] is not None:  # checked just now: the same graph, newer snapshot
+            state = GraphState(row["snapshot"], row["fingerprint"], seen.graph)
+        if state is not seen and self.state is seen:  # only over what this call started from
+            self.state = state
+        return state.graph, int(row["from_oid"]), int(row["to_oid"])
 
 
 class Aliases:

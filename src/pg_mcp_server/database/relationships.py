@@ -91,12 +91,15 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
 # the snapshot differs from the one the cached graph was checked under ($1), and the whole graph
 # only when the fingerprint differs from the cached one ($2). Two snapshots with the same
 # xmin:xmax:in-progress list see exactly the same committed transactions, hence the same catalog
-# rows: while nothing in the cluster commits, the check scans no catalog at all. Each CASE
-# branch holds its subqueries, which PostgreSQL runs only when the branch is taken.
+# rows: while nothing in the cluster commits, the check scans no catalog at all. (Not on a hot
+# standby, whose snapshots list in-progress transactions elsewhere: there the fingerprint is
+# always computed.) Each CASE branch holds its subqueries, which PostgreSQL runs only when the
+# branch is taken.
 GRAPH = f"""
 WITH now AS MATERIALIZED (SELECT pg_catalog.txid_current_snapshot()::text AS snapshot),
 fp AS MATERIALIZED (
-  SELECT CASE WHEN now.snapshot IS DISTINCT FROM $1 THEN {_FINGERPRINT} END AS fingerprint
+  SELECT CASE WHEN now.snapshot IS DISTINCT FROM $1 OR pg_catalog.pg_is_in_recovery()
+              THEN {_FINGERPRINT} END AS fingerprint
   FROM now)
 SELECT now.snapshot, fp.fingerprint,
        {_OID.format(s=3, t=4)} AS from_oid,

@@ -155,17 +155,16 @@ class SafetyCatalog:
         """Never loaded, or a function name it has not seen: it must be read before use."""
         return not self.loaded_at or not function_names <= self.known_functions
 
-    def expired(self) -> bool:
+    def expired(self, factor: float = 1.0) -> bool:
         """Old enough to be read again (meanwhile it is still used)."""
-        return time.monotonic() - self.loaded_at > _REFRESH_SECONDS
+        return time.monotonic() - self.loaded_at > _REFRESH_SECONDS * factor
 
     @classmethod
     async def read(cls, conn: asyncpg.Connection) -> SafetyCatalog:
+        catalog = cls(loaded_at=time.monotonic())  # as of when the statement was sent
         row = await conn.fetchrow(CATALOG)
         assert row is not None
-        catalog = cls()
         catalog._compute(*(_decode(row[k]) for k in row.keys()))  # noqa: SIM118
-        catalog.loaded_at = time.monotonic()
         return catalog
 
     def _compute(
