@@ -7,22 +7,21 @@ each case measures, after WARMUP calls, up to RUNS calls (fewer when slow: BUDGE
       separately as "cold";
   (b) the tool through `mcp.Client(server)` in-process, with the client's output-schema
       validation switched off (ClientSession.validate_tool_result -> no-op): what remains is the
-      server (pool checkout, read-only transaction, query, pydantic models, JSON) plus the SDK's
-      in-process dispatch.
+      server (pool checkout, the statement in the session's implicit read-only transaction,
+      pydantic models, JSON) plus the SDK's in-process dispatch.
 WARMUP is 10 because PostgreSQL plans a prepared statement afresh for its first 5 executions
-before it may switch to a cached generic plan.
+before it may switch to a cached generic plan. Stopwatches split each call into the tool
+function and the catalog function it calls (see time_tool).
 
 Then it counts statements and round trips per tool call, two independent ways:
   - wire: every round trip asyncpg makes (its protocol's prepare / bind_execute / query / ...
     calls, each one a request answered by ReadyForQuery) on the server's pooled connections,
     the engine's session reset (run in a task after the tool returns) counted apart;
   - PostgreSQL: pg_stat_statements (preloaded) `calls` over CALLS_COUNTED tool calls.
-A case whose median misses its target is profiled with cProfile, and for list_tables the cost
-of each per-table expression, and of the `total` count, is measured in PostgreSQL (EXPLAIN
-ANALYZE, see expression_costs). A tool call that fails (list_tables over 10,000 tables hits the
-30 s statement timeout) is reported with its error and time. Last, "what-if" rows time the
-list_tables cases again with LIST_TABLES' `total` made uncorrelated (counted once, not once
-per row; see total_once), swapped into catalog.LIST_TABLES in this process only.
+A case whose median misses its target is profiled with cProfile, and for list_tables
+PostgreSQL's share is broken down (EXPLAIN ANALYZE, see expression_costs): the schema's count,
+the bare page scan, and what each per-table expression adds. A tool call that fails (a
+statement timeout, say) is reported with its error and time.
 
 Run: uv run python bench/bench_catalog.py
 """
@@ -43,7 +42,6 @@ from benchlib import (
     embedded_server,
     ms_since,
     patched,
-    quote_ident,
     repeat,
     summary,
     top_functions,
@@ -56,7 +54,6 @@ from mcp_types import CallToolResult
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database import catalog
-from pg_mcp_server.database.catalog import LIST_TABLES
 from pg_mcp_server.embedded import EmbeddedPostgres
 from pg_mcp_server.server import build_server
 
@@ -64,10 +61,10 @@ WARMUP = 10
 RUNS = 50
 CALLS_COUNTED = 10
 PROFILED_CALLS = 10
-# Since 3bac1ea some cases take seconds a call, so every loop also has a time budget
-# (benchlib.repeat): past it a loop stops early, with at least one timed call. A case whose
-# calls take more than SLOW_MS is counted and profiled over a single call, and one whose cold
-# raw call takes more than BUDGET_S gets no further raw calls.
+# Every loop also has a time budget (benchlib.repeat), so a regression that makes calls take
+# seconds (as at 16c0100) cannot make the run last hours: past it a loop stops early, with at
+# least one timed call. A case whose calls take more than SLOW_MS is counted and profiled over
+# a single call, and one whose cold raw call takes more than BUDGET_S gets no further raw calls.
 BUDGET_S = 40.0
 SLOW_MS = 2000.0
 RAW_STATEMENT_TIMEOUT_S = 600  # the plain connection's own limit; the tool's is 30 s
@@ -113,20 +110,6 @@ CASES = [
     Case("describe_table s03.t500 (10 cols, 2 FKs)", SPREAD, *_describe("s03", "t500"), 20),
     Case("describe_table big.t5000 (10 cols, 2 FKs)", BIG, *_describe("big", "t5000"), 20),
 ]
-
-
-def _what_if(case: Case) -> Case:
-    """The case with LIST_TABLES' `total` counted once (see total_once), swapped into
-    catalog.LIST_TABLES in this process only: what the tool would take with that change."""
-    return Case(
-        f"what-if, total counted once: {case.label.removeprefix('list_tables: ')}",
-        case.variant,
-        case.tool,
-        case.arguments,
-        total_once(case.sql),
-        case.binds,
-        case.target_ms,
-    )
 
 
 @dataclass
@@ -269,33 +252,25 @@ _EXPRESSIONS = {
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)""",
     "primary-key EXISTS (has_primary_key)": """EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
         WHERE k.conrelid = c.oid AND k.contype = 'p')""",
+    "partitions array (partitions)": catalog._PARTITIONS.format(c="c"),
 }
 
-
-# LIST_TABLES' `total` is a scalar subquery in the select list that references the outer
-# pg_namespace row (n.oid), so PostgreSQL runs it as a correlated SubPlan: once per output row.
-# The diagnostic variant counts through the schema name instead, which makes it an InitPlan
-# that runs once.
-_TOTAL_PER_ROW = "(SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid"
-_TOTAL_ONCE = """(SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relnamespace =
-    (SELECT n1.oid FROM pg_catalog.pg_namespace n1 WHERE n1.nspname = $1)"""
-
-
-def total_once(sql: str) -> str:
-    assert sql.count(_TOTAL_PER_ROW) == 1, "LIST_TABLES changed; update the diagnostic"
-    return sql.replace(_TOTAL_PER_ROW, _TOTAL_ONCE)
+# LIST_TABLES' two parts with the same binds: the schema's count (`counted`, binds $1-$3) and
+# the page of oids joined back to pg_class (`page`, binds $1-$5), to which _EXPRESSIONS are
+# added one at a time. _LISTED is LIST_TABLES' own filter (private; bench only).
+_COUNT = f"""SELECT (SELECT count(*) FROM pg_catalog.pg_class c WHERE {catalog._LISTED})
+    FROM pg_catalog.pg_namespace n WHERE n.nspname = $1"""
+_PAGE = f"""SELECT c.oid{{}} FROM pg_catalog.pg_namespace n
+    CROSS JOIN LATERAL (SELECT c.oid FROM pg_catalog.pg_class c WHERE {catalog._LISTED}
+                        ORDER BY c.relname LIMIT $4 OFFSET $5) page
+    JOIN pg_catalog.pg_class c ON c.oid = page.oid
+    WHERE n.nspname = $1"""
 
 
 async def expression_costs(dsn: str, case: Case, slow: bool) -> str:
-    """PostgreSQL execution time of each expression over the page's tables, minus the bare
-    page scan, and of the whole statement with and without the per-row `total` (EXPLAIN
-    ANALYZE, TIMING OFF; best of 3 after 1, or a single run when `slow`)."""
-    schema = case.arguments["schema_name"]
-    limit = case.binds[3]
-    scan = """SELECT c.oid{} FROM (SELECT c.oid FROM pg_catalog.pg_class c
-        WHERE c.relnamespace = $1::text::regnamespace AND NOT c.relispartition
-        ORDER BY c.relname LIMIT $2) page JOIN pg_catalog.pg_class c ON c.oid = page.oid"""
-    namespace = quote_ident(schema)
+    """PostgreSQL execution time of LIST_TABLES, of its count alone, of the bare page scan, and
+    of each per-table expression over the page, minus the bare scan (EXPLAIN ANALYZE, TIMING
+    OFF; best of 3 after 1, or a single run of the whole statement when `slow`)."""
     conn = await asyncpg.connect(dsn, command_timeout=RAW_STATEMENT_TIMEOUT_S)
 
     async def execution_ms(sql: str, *binds: Any, runs: int = 4) -> float:
@@ -308,17 +283,16 @@ async def expression_costs(dsn: str, case: Case, slow: bool) -> str:
 
     try:
         whole = await execution_ms(case.sql, *case.binds, runs=1 if slow else 4)
-        once = await execution_ms(total_once(case.sql), *case.binds)
-        base = await execution_ms(scan.format(""), namespace, limit)
+        count = await execution_ms(_COUNT, *case.binds[:3])
+        base = await execution_ms(_PAGE.format(""), *case.binds)
         lines = [
-            f"- whole statement: {whole:.0f} ms",
-            f"- the same with `total` counted once (InitPlan) instead of once per output row: "
-            f"{once:.0f} ms, so the per-row `total` costs {whole - once:.0f} ms",
-            f"- bare page scan of pg_class ({limit} rows): {base:.0f} ms",
+            f"- whole statement: {whole:.1f} ms",
+            f"- the schema's count alone (`counted`, once per call): {count:.1f} ms",
+            f"- bare page scan of pg_class ({case.binds[3]} rows at most): {base:.1f} ms",
         ]
         for name, expr in _EXPRESSIONS.items():
-            cost = await execution_ms(scan.format(", " + expr), namespace, limit) - base
-            lines.append(f"- {name}: +{cost:.0f} ms")
+            cost = await execution_ms(_PAGE.format(", " + expr), *case.binds) - base
+            lines.append(f"- {name}: {cost:+.1f} ms")
     finally:
         await conn.close()
     return "\n".join(lines)
@@ -350,30 +324,21 @@ async def count_statements(dsn: str, case: Case, result: Result) -> None:
 
 
 async def run_case(dsn: str, case: Case) -> tuple[Result, list[str]]:
-    """Time, count and (on a miss) diagnose one case; returns the result and report lines.
-    A what-if case's statement is swapped into catalog.LIST_TABLES for the duration."""
-    if case.tool == "list_tables":
-        with patched(catalog, "LIST_TABLES", lambda _: case.sql):
-            return await _run_case(dsn, case)
-    return await _run_case(dsn, case)
-
-
-async def _run_case(dsn: str, case: Case) -> tuple[Result, list[str]]:
+    """Time, count and (on a miss) diagnose one case; returns the result and report lines."""
     result = await time_raw(dsn, case)
     profiled = await time_tool(build_server(Settings.load(database={"dsn": dsn})), case, result)
     raw = f"{result.raw[0]:.1f} ms" if result.raw else f"cold only, {result.raw_cold:.0f} ms"
     tool = result.tool_error or f"{result.tool[0]:.1f} ms"
     report = [f"\n## {case.label}: tool median {tool}, raw SQL {raw}"]
     if result.tool_error:
-        report.append("The tool failed; not counted (the statement is the same as the")
-        report.append("case with the default page, which is counted).")
+        report.append("The tool failed; not counted.")
     else:
         await count_statements(dsn, case, result)
         report.append(f"wire round trips per call: {result.wire_detail}")
         report.append(f"pg_stat_statements per call: {result.pgss_detail}")
     if profiled:
         report.append(f"\nTarget missed. {profiled}")
-    if case.tool == "list_tables" and not result.passed and case.sql == LIST_TABLES:
+    if case.tool == "list_tables" and not result.passed:
         report.append("Per-table expressions in PostgreSQL (EXPLAIN ANALYZE):")
         report.append(await expression_costs(dsn, case, result.slow))
     return result, report
@@ -431,8 +396,7 @@ async def bench(pg: EmbeddedPostgres) -> None:
             await admin.close()
     load_before = os.getloadavg()[0]
     results = []
-    what_if = [_what_if(c) for c in CASES if c.tool == "list_tables"]
-    for case in CASES + what_if:
+    for case in CASES:
         result, report = await run_case(dsns[case.variant.database], case)
         results.append(result)
         print("\n".join(report), flush=True)

@@ -226,11 +226,11 @@ def noting_fingerprints(computed: list[bool]) -> Callable[[Load], Load]:
 
     def wrap(load: Load) -> Load:
         async def noted(self: joinpaths.GraphCache, *args: Any) -> Any:
-            before = self.snapshot
+            before = self.state.snapshot
             try:
                 return await load(self, *args)
             finally:
-                computed.append(self.snapshot != before)
+                computed.append(self.state.snapshot != before)
 
         return noted
 
