@@ -180,5 +180,6 @@ async def test_lost_connections_are_replaced(canary_dsn: str) -> None:
         finally:
             await admin.close()
         assert killed >= 1
-        # The pool's pre-ping notices the dead connection and opens a new one.
+        # The dead connection is noticed (at checkout, or when the call fails on it and runs
+        # again once) and replaced by a new one.
         assert (await call(client, "list_schemas"))["total_count"] >= 1

@@ -71,6 +71,11 @@ class DatabaseConnectionError(PgMcpError):
     )
 
 
+class ConnectionLostError(DatabaseConnectionError):
+    """A pooled connection turned out dead during a call; the tool layer runs the call again
+    once, on a fresh connection (a dead one never goes back to the pool)."""
+
+
 class PermissionDeniedError(PgMcpError):
     code = "PERMISSION_DENIED"
     default_suggestion = "The database role lacks a privilege; contact the database administrator."

@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
+    ConnectionLostError,
     DatabaseConnectionError,
     InvalidSqlError,
     ParameterError,
@@ -86,6 +87,8 @@ class Database:
             isolation_level="AUTOCOMMIT",
         )
         self._releasing: set[asyncio.Task[None]] = set()
+        # Connections that served a call before: one of those found dead may be retried.
+        self._used: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
         # Bumped when a cached statement went stale; see _use and _checkout.
         self._cache_epoch = 0
         self._epochs: weakref.WeakKeyDictionary[asyncpg.Connection, int] = (
@@ -187,6 +190,8 @@ class Database:
             sa_conn, conn = await acquire
         except Exception as exc:
             raise _mapped(exc, ms) from None
+        reused = conn in self._used
+        self._used.add(conn)
         backends = request_backends.get()
         pid = conn.get_server_pid()
         if backends is not None:
@@ -202,7 +207,10 @@ class Database:
             self._cache_epoch += 1
             raise StatementChangedError(exc.message, context=_pg_context(exc)) from None
         except Exception as exc:
-            raise _mapped(exc, ms) from None
+            mapped = _mapped(exc, ms)
+            if isinstance(mapped, DatabaseConnectionError) and conn.is_closed() and reused:
+                raise ConnectionLostError(mapped.message) from None
+            raise mapped from None
         finally:
             if backends is not None:
                 backends.discard(pid)
