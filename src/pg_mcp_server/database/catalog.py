@@ -345,9 +345,22 @@ async def table_shape(conn: asyncpg.Connection, schema: str, table: str) -> asyn
     return row
 
 
+async def _near_names(conn: asyncpg.Connection, schema: str, table: str) -> asyncpg.Record:
+    """NEAR_NAMES, which runs after another statement on the same connection. Outside a
+    transaction (Database.catalog()) that one committed on its own, and a function someone
+    shadowed on the search path could have changed session settings in it; so this one gets
+    an explicit read-only transaction of its own, whatever the session defaults now say."""
+    if conn.is_in_transaction():
+        row = await conn.fetchrow(NEAR_NAMES, schema, table)
+    else:
+        async with conn.transaction(readonly=True):
+            row = await conn.fetchrow(NEAR_NAMES, schema, table)
+    assert row is not None
+    return row
+
+
 async def missing_schema(conn: asyncpg.Connection, schema: str) -> SchemaNotFoundError:
-    near = await conn.fetchrow(NEAR_NAMES, schema, "")
-    assert near is not None
+    near = await _near_names(conn, schema, "")
     return _schema_error(schema, near["schemas"])
 
 
@@ -363,8 +376,7 @@ def _schema_error(schema: str, schemas: list[str]) -> SchemaNotFoundError:
 async def missing_table(
     conn: asyncpg.Connection, schema: str, table: str
 ) -> SchemaNotFoundError | TableNotFoundError:
-    near = await conn.fetchrow(NEAR_NAMES, schema, table)
-    assert near is not None
+    near = await _near_names(conn, schema, table)
     if not near["schema_exists"]:
         return _schema_error(schema, near["schemas"])
     similar = closest(table, near["tables"])
