@@ -301,3 +301,31 @@ async def test_a_key_committed_after_the_graph_was_cached_is_seen(scratch_dsn: s
             assert [k["from_table"] for k in keys["incoming"]] == ["spoke"]
     finally:
         await ddl.close()
+
+
+SHADOWS = """
+CREATE TABLE hub (id int PRIMARY KEY);
+CREATE TABLE spoke (id int PRIMARY KEY, hub_id int NOT NULL REFERENCES hub);
+CREATE FUNCTION public.unnest(a int2[]) RETURNS SETOF int2 LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'shadowing unnest(int2[]) was called'; END $$;
+CREATE FUNCTION public.array_agg(a oid) RETURNS oid[] LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'shadowing array_agg was called'; END $$;
+CREATE FUNCTION public.cat(a bigint, b text) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN RAISE EXCEPTION 'shadowing || was called'; END $$;
+CREATE OPERATOR public.|| (LEFTARG = bigint, RIGHTARG = text, FUNCTION = public.cat);
+"""
+
+
+async def test_functions_shadowed_on_the_search_path_are_not_called(scratch_dsn: str) -> None:
+    """Our catalog SQL names pg_catalog's functions, so a role that can create objects in a
+    schema on our search path cannot slip its own code into our statements."""
+    await execute(scratch_dsn, SHADOWS)
+    async with connect(scratch_dsn) as client:
+        described = await call(client, "describe_table", table_name="spoke")
+        assert described["columns"][1]["foreign_key"]["referenced_table"] == "hub"
+        keys = await call(client, "get_foreign_keys", table_name="hub")
+        assert [k["from_table"] for k in keys["incoming"]] == ["spoke"]
+        path = await call(client, "find_join_path", from_table="spoke", to_table="hub")
+        assert path["paths"][0]["depth"] == 1
+        rows = await call(client, "execute_query", sql="SELECT count(*) AS n FROM spoke")
+        assert rows["rows"] == [{"n": 0}]

@@ -48,7 +48,7 @@ _LEAF_SIZE = """CASE WHEN {c}.reltuples < 0 THEN pg_catalog.pg_total_relation_si
           + coalesce((SELECT sum(i.relpages) FROM pg_catalog.pg_index x
                       JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
                       WHERE x.indrelid = {c}.oid), 0))
-         * current_setting('block_size')::bigint END"""
+         * pg_catalog.current_setting('block_size')::bigint END"""
 
 _SIZE = f"""CASE
     WHEN {{c}}.relkind IN ('r', 'm') THEN {_LEAF_SIZE}
@@ -62,7 +62,7 @@ _SIZE = f"""CASE
 # Direct partitions, named relative to the parent's schema.
 _PARTITIONS = """CASE WHEN {c}.relkind = 'p' THEN ARRAY(
     SELECT CASE WHEN ch.relnamespace = {c}.relnamespace THEN ch.relname
-                ELSE chn.nspname || '.' || ch.relname END
+                ELSE chn.nspname::text || '.' || ch.relname::text END
     FROM pg_catalog.pg_inherits i
     JOIN pg_catalog.pg_class ch ON ch.oid = i.inhrelid
     JOIN pg_catalog.pg_namespace chn ON chn.oid = ch.relnamespace
@@ -144,7 +144,8 @@ fk AS (
            {FK_ACTION.format(a="k.confdeltype")} AS on_delete
     FROM rel
     JOIN pg_catalog.pg_constraint k ON k.conrelid = rel.oid AND k.contype = 'f'
-    CROSS JOIN LATERAL unnest(k.conkey, k.confkey) WITH ORDINALITY AS u(attnum, refnum, ord)
+    CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(k.conkey), pg_catalog.unnest(k.confkey))
+        WITH ORDINALITY AS u(attnum, refnum, ord)
     JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
     JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
     JOIN pg_catalog.pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = u.refnum
@@ -175,12 +176,12 @@ col AS (
       ON cd.objoid = a.attrelid AND cd.classoid = 'pg_catalog.pg_class'::regclass
      AND cd.objsubid = a.attnum
 )
-SELECT json_build_object(
+SELECT pg_catalog.json_build_object(
     'table_name', rel.relname,
     'schema_name', rel.nspname,
     'type', {_TYPE_LABEL.format(c="rel")},
     'description', pg_catalog.obj_description(rel.oid, 'pg_class'),
-    'columns', (SELECT coalesce(json_agg(json_build_object(
+    'columns', (SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
         'name', col.attname,
         'data_type', col.data_type,
         'is_nullable', NOT col.attnotnull,
@@ -188,7 +189,7 @@ SELECT json_build_object(
         'description', col.description,
         'is_primary_key', EXISTS (SELECT 1 FROM pk WHERE col.attnum = ANY(pk.conkey)),
         'is_unique', EXISTS (SELECT 1 FROM uniq WHERE uniq.attnum = col.attnum),
-        'foreign_key', (SELECT json_build_object(
+        'foreign_key', (SELECT pg_catalog.json_build_object(
                 'constraint_name', fk.conname, 'referenced_schema', fk.ref_schema,
                 'referenced_table', fk.ref_table, 'referenced_column', fk.ref_column,
                 'on_update', fk.on_update, 'on_delete', fk.on_delete)
@@ -201,7 +202,7 @@ SELECT json_build_object(
         'numeric_scale', CASE WHEN col.truetyp = 'numeric'::regtype AND col.truemod >= 4
             THEN (((col.truemod - 4) & 2047) # 1024) - 1024 END,
         'enum_values', CASE WHEN col.enum_oid IS NOT NULL THEN (
-            SELECT json_agg(e.enumlabel ORDER BY e.enumsortorder)
+            SELECT pg_catalog.json_agg(e.enumlabel ORDER BY e.enumsortorder)
             FROM pg_catalog.pg_enum e WHERE e.enumtypid = col.enum_oid) END,
         'domain_base_type', col.domain_base,
         'is_identity', col.attidentity <> '',
@@ -209,13 +210,13 @@ SELECT json_build_object(
             WHEN 'd' THEN 'BY DEFAULT' END,
         'generation_expression', CASE WHEN col.attgenerated <> '' THEN col.expr END
         ) ORDER BY col.attnum), '[]') FROM col),
-    'indexes', CASE WHEN $3 THEN (SELECT coalesce(json_agg(json_build_object(
+    'indexes', CASE WHEN $3 THEN (SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
         'name', ic.relname,
-        'columns', (SELECT json_agg(CASE WHEN i.indkey[k - 1] > 0
+        'columns', (SELECT pg_catalog.json_agg(CASE WHEN i.indkey[k - 1] > 0
                     THEN (SELECT a.attname FROM pg_catalog.pg_attribute a
                           WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[k - 1])
                     ELSE pg_catalog.pg_get_indexdef(i.indexrelid, k, true) END ORDER BY k)
-                    FROM generate_series(1, i.indnkeyatts) AS k),
+                    FROM pg_catalog.generate_series(1, i.indnkeyatts) AS k),
         'is_unique', i.indisunique,
         'is_primary', i.indisprimary,
         'index_type', am.amname,
@@ -226,12 +227,13 @@ SELECT json_build_object(
         JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
         JOIN pg_catalog.pg_am am ON am.oid = ic.relam
         WHERE i.indrelid = rel.oid) END,
-    'constraints', CASE WHEN $4 THEN (SELECT coalesce(json_agg(json_build_object(
+    'constraints', CASE WHEN $4 THEN (SELECT coalesce(pg_catalog.json_agg(
+        pg_catalog.json_build_object(
         'name', k.conname,
         'type', CASE k.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'f' THEN 'FOREIGN KEY'
             WHEN 'u' THEN 'UNIQUE' WHEN 'c' THEN 'CHECK' WHEN 'x' THEN 'EXCLUDE' END,
-        'columns', coalesce((SELECT json_agg(a.attname ORDER BY u.ord)
-            FROM unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
+        'columns', coalesce((SELECT pg_catalog.json_agg(a.attname ORDER BY u.ord)
+            FROM pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum),
             '[]'),
         -- Only CHECK and EXCLUDE need their text (PRD: "for CHECK"); the others are fully
@@ -241,8 +243,8 @@ SELECT json_build_object(
         'referenced_table', rc.relname,
         'referenced_schema', rn.nspname,
         'referenced_columns', CASE WHEN k.contype = 'f' THEN (
-            SELECT json_agg(a.attname ORDER BY u.ord)
-            FROM unnest(k.confkey) WITH ORDINALITY AS u(attnum, ord)
+            SELECT pg_catalog.json_agg(a.attname ORDER BY u.ord)
+            FROM pg_catalog.unnest(k.confkey) WITH ORDINALITY AS u(attnum, ord)
             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.attnum)
             END
         ) ORDER BY position(k.contype IN 'pufcx'), k.conname), '[]')
@@ -257,7 +259,7 @@ SELECT json_build_object(
         THEN pg_catalog.pg_get_partkeydef(rel.oid) END,
     'partition_of', CASE WHEN rel.relispartition THEN (
         SELECT CASE WHEN p.relnamespace = rel.relnamespace THEN p.relname
-                    ELSE pn.nspname || '.' || p.relname END
+                    ELSE pn.nspname::text || '.' || p.relname::text END
         FROM pg_catalog.pg_inherits i
         JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
         JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
@@ -277,7 +279,7 @@ SELECT c.relkind::text AS relkind, c.relispopulated, c.relpages,
              ORDER BY a.attnum) AS columns,
        ARRAY(SELECT a.attname
              FROM pg_catalog.pg_constraint k
-             CROSS JOIN LATERAL unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
+             CROSS JOIN LATERAL pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
              JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum
              WHERE k.conrelid = c.oid AND k.contype = 'p'
              ORDER BY u.ord) AS primary_key

@@ -22,15 +22,15 @@ SELECT DISTINCT ON (src.oid, dst.oid, from_columns, to_columns)
        k.conname AS constraint_name,
        sn.nspname AS from_schema, src.relname AS from_table, src.oid::bigint AS from_oid,
        dn.nspname AS to_schema, dst.relname AS to_table, dst.oid::bigint AS to_oid,
-       ARRAY(SELECT a.attname FROM unnest(k.conkey) WITH ORDINALITY AS u(n, o)
+       ARRAY(SELECT a.attname FROM pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(n, o)
              JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
              ORDER BY u.o) AS from_columns,
-       ARRAY(SELECT a.attname FROM unnest(k.confkey) WITH ORDINALITY AS u(n, o)
+       ARRAY(SELECT a.attname FROM pg_catalog.unnest(k.confkey) WITH ORDINALITY AS u(n, o)
              JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.n
              ORDER BY u.o) AS to_columns,
        {FK_ACTION.format(a="k.confupdtype")} AS on_update,
        {FK_ACTION.format(a="k.confdeltype")} AS on_delete,
-       NOT EXISTS (SELECT 1 FROM unnest(k.conkey) AS u(n)
+       NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(k.conkey) AS u(n)
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
                    WHERE NOT a.attnotnull) AS not_null
 FROM pg_catalog.pg_constraint k
@@ -48,6 +48,7 @@ ORDER BY src.oid, dst.oid, from_columns, to_columns, k.conname
 # found through indexes, pg_constraint's on conrelid for outgoing ones and pg_depend's on the
 # referenced object for incoming ones (pg_constraint has no index on confrelid), and handed to
 # FK_ROWS as an array so that it, too, reads pg_constraint by oid instead of scanning it.
+_BY_OID = "AND k.oid = ANY ((SELECT pg_catalog.array_agg(oid) FROM ks)::oid[])"
 FOREIGN_KEYS_OF = f"""
 WITH target AS (
   SELECT c.oid, c.relkind FROM pg_catalog.pg_class c
@@ -68,20 +69,23 @@ ks AS (
     AND d.refobjid IN (SELECT oid FROM members)
     AND d.classid = 'pg_catalog.pg_constraint'::pg_catalog.regclass
     AND k.contype = 'f' AND k.confrelid IN (SELECT oid FROM members)),
-fk AS ({FK_ROWS.format(where="AND k.oid = ANY ((SELECT array_agg(oid) FROM ks)::oid[])")})
+fk AS ({FK_ROWS.format(where=_BY_OID)})
 SELECT EXISTS (SELECT 1 FROM target) AS found,
-       coalesce((SELECT json_agg(fk ORDER BY fk.constraint_name) FROM fk), '[]') AS keys
+       coalesce((SELECT pg_catalog.json_agg(fk ORDER BY fk.constraint_name) FROM fk), '[]') AS keys
 """
 
 # A fingerprint of everything the graph is made of. xmin changes whenever a row is inserted or
 # replaced (ANALYZE/VACUUM update pg_class in place, which keeps it), and the counts catch
 # deletions, so any DDL that adds, drops or renames a key, table, column or schema shows.
 _FINGERPRINT = """
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0)
+    (SELECT count(*)::text || ':' || coalesce(sum(xmin::text::bigint), 0)::text
      FROM pg_catalog.pg_constraint WHERE contype = 'f')
-    || '/' || (SELECT count(*) || ':' || sum(xmin::text::bigint) FROM pg_catalog.pg_class)
-    || '/' || (SELECT count(*) || ':' || sum(xmin::text::bigint) FROM pg_catalog.pg_attribute)
-    || '/' || (SELECT count(*) || ':' || sum(xmin::text::bigint) FROM pg_catalog.pg_namespace)"""
+    || '/' || (SELECT count(*)::text || ':' || sum(xmin::text::bigint)::text
+               FROM pg_catalog.pg_class)
+    || '/' || (SELECT count(*)::text || ':' || sum(xmin::text::bigint)::text
+               FROM pg_catalog.pg_attribute)
+    || '/' || (SELECT count(*)::text || ':' || sum(xmin::text::bigint)::text
+               FROM pg_catalog.pg_namespace)"""
 
 _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -105,7 +109,7 @@ SELECT now.snapshot, fp.fingerprint,
        {_OID.format(s=3, t=4)} AS from_oid,
        {_OID.format(s=5, t=6)} AS to_oid,
        CASE WHEN fp.fingerprint IS NOT NULL AND fp.fingerprint IS DISTINCT FROM $2 THEN
-           (SELECT coalesce(json_agg(fk), '[]') FROM ({FK_ROWS.format(where="")}) fk)
+           (SELECT coalesce(pg_catalog.json_agg(fk), '[]') FROM ({FK_ROWS.format(where="")}) fk)
        END AS keys
 FROM now, fp
 """

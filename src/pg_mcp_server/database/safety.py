@@ -93,11 +93,11 @@ _REL_REF = re.compile(r":relid (\d+)")
 # the function and relation oids they reference.
 CATALOG = """
 SELECT
-  (SELECT json_agg(json_build_object(
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
       'oid', p.oid::bigint, 'name', p.proname, 'volatile', p.provolatile = 'v',
       'kind', p.prokind, 'sql', l.lanname = 'sql' AND p.prosqlbody IS NULL,
       'src', CASE WHEN l.lanname = 'sql' AND p.prosqlbody IS NULL THEN p.prosrc END,
-      'trees', concat_ws(' ', p.proargdefaults::text, p.prosqlbody::text),
+      'trees', pg_catalog.concat_ws(' ', p.proargdefaults::text, p.prosqlbody::text),
       'support', ARRAY[a.aggtransfn::oid, a.aggfinalfn::oid, a.aggcombinefn::oid,
                        a.aggserialfn::oid, a.aggdeserialfn::oid, a.aggmtransfn::oid,
                        a.aggminvtransfn::oid, a.aggmfinalfn::oid]::bigint[],
@@ -109,17 +109,19 @@ SELECT
    FROM pg_catalog.pg_proc p
    JOIN pg_catalog.pg_language l ON l.oid = p.prolang
    LEFT JOIN pg_catalog.pg_aggregate a ON a.aggfnoid = p.oid) AS functions,
-  (SELECT json_agg(json_build_object('name', o.oprname, 'func', o.oprcode::oid::bigint))
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
+              'name', o.oprname, 'func', o.oprcode::oid::bigint))
    FROM pg_catalog.pg_operator o) AS operators,
-  (SELECT json_agg(json_build_object('oid', c.oid::bigint, 'name', c.relname,
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_object('oid', c.oid::bigint, 'name', c.relname,
                                      'trees', r.ev_action::text))
    FROM pg_catalog.pg_rewrite r JOIN pg_catalog.pg_class c ON c.oid = r.ev_class
    WHERE c.relkind = 'v') AS views,
-  (SELECT json_agg(json_build_object('name', t.typname, 'trees', k.conbin::text))
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
+              'name', t.typname, 'trees', k.conbin::text))
    FROM pg_catalog.pg_constraint k JOIN pg_catalog.pg_type t ON t.oid = k.contypid
    WHERE k.contype = 'c') AS domains,
-  (SELECT json_agg(json_build_object('name', c.relname,
-                                     'trees', concat_ws(' ', p.polqual::text,
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_object('name', c.relname,
+                                     'trees', pg_catalog.concat_ws(' ', p.polqual::text,
                                                         p.polwithcheck::text)))
    FROM pg_catalog.pg_policy p JOIN pg_catalog.pg_class c ON c.oid = p.polrelid) AS policies
 """
