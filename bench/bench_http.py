@@ -69,13 +69,11 @@ from typing import Any
 
 import asyncpg
 import psutil
-from benchlib import create_database, embedded_server, summary, top_functions
+from benchlib import create_database, embedded_server, load_pagila, summary, top_functions
 from mcp import Client
 from mcp.types import CallToolResult
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGILA = ROOT.parent / "shared" / "datasets" / "pagila"
-PSQL = "/usr/bin/psql"
 FLOOR_SERVER = Path(__file__).with_name("http_constant_server.py")
 
 QUERY = "SELECT * FROM rental ORDER BY rental_id LIMIT 100"
@@ -592,20 +590,6 @@ async def measure(
     cpu_s = {who: cpu_used(before[who], after[who]) for who in before}
     cpu_s["other"] = max(0.0, busy - sum(cpu_s.values()))
     return Measure(client, spec, concurrency, load, cpu_s, os.getloadavg()[0], spread)
-
-
-def load_pagila(dsn: str) -> float:
-    start = time.perf_counter()
-    files = ("pagila-schema.sql", "pagila-data.sql")
-    subprocess.run(
-        [PSQL, "-X", "-v", "ON_ERROR_STOP=1", "-q", "-d", dsn]
-        + [arg for f in files for arg in ("-f", str(PAGILA / f))]
-        + ["-c", "VACUUM ANALYZE"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        timeout=300,
-    )
-    return time.perf_counter() - start
 
 
 async def max_connections(dsn: str) -> str:

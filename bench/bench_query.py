@@ -31,12 +31,13 @@ Run: uv run python bench/bench_query.py   (~4 min, most of it filling big_10m)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,18 @@ def sql_for(table: str) -> str:
 
 def arguments(table: str) -> dict[str, Any]:
     return {"sql": sql_for(table), "limit": LIMIT}
+
+
+async def timed_calls(once: Callable[[], Awaitable[Any]]) -> list[float]:
+    """WARMUP untimed calls, then RUNS timed ones (ms)."""
+    for _ in range(WARMUP):
+        await once()
+    samples = []
+    for _ in range(RUNS):
+        start = time.perf_counter_ns()
+        await once()
+        samples.append(ms_since(start))
+    return samples
 
 
 async def fill(dsn: str) -> list[str]:
@@ -187,12 +200,7 @@ async def in_process(dsn: str, table: str, max_bytes: int | None) -> list[str]:
     with client_validation(False), patched(query_tools, "run_query", in_run.wrap):
         async with Client(server) as client:
             shape = Shape.of(await call(client, table))
-            samples = []
-            for i in range(WARMUP + RUNS):
-                start = time.perf_counter_ns()
-                await call(client, table)
-                if i >= WARMUP:
-                    samples.append(ms_since(start))
+            samples = await timed_calls(lambda: call(client, table))
     median, p95 = summary(samples)
     return [
         f"| in-process | {table} | {cap_label(max_bytes)} | {shape.rows:,} | {shape.has_more} "
@@ -244,13 +252,8 @@ async def over_stdio(dsn: str, max_bytes: int | None, tmp: Path) -> list[str]:
             for table in TABLES:
                 shape = Shape.of(await call(client, table))
                 for validate in (True, False):
-                    samples = []
                     with client_validation(validate):
-                        for i in range(WARMUP + RUNS):
-                            start = time.perf_counter_ns()
-                            await call(client, table)
-                            if i >= WARMUP:
-                                samples.append(ms_since(start))
+                        samples = await timed_calls(functools.partial(call, client, table))
                     median, p95 = summary(samples)
                     check = "client validates" if validate else "validation off"
                     lines.append(

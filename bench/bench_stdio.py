@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ from benchlib import (
     count_round_trips,
     create_database,
     embedded_server,
+    load_pagila,
     ms_since,
     patched,
     summary,
@@ -60,8 +60,6 @@ FIRST_CALL_RUNS = 5
 COUNTED_CALLS = 10
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGILA = ROOT.parent / "shared" / "datasets" / "pagila"
-PSQL = "/usr/bin/psql"
 
 Tool = tuple[str, dict[str, Any]]
 DESCRIBE: Tool = ("describe_table", {"table_name": "film"})
@@ -70,21 +68,6 @@ CONSTANT: Tool = ("bench_constant", {})
 TOOLS = (CONSTANT, DESCRIBE, EXECUTE)
 TARGETS = {DESCRIBE[0]: 1.5, EXECUTE[0]: 1.3}  # most time relative to the constant tool
 Samples = dict[tuple[str, bool], list[float]]  # (tool name, client validates) -> ms
-
-
-def load_pagila(dsn: str) -> float:
-    """Load the schema and data with psql; returns seconds."""
-    start = time.perf_counter()
-    files = ["pagila-schema.sql", "pagila-data.sql"]
-    subprocess.run(
-        [PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn]
-        + [arg for f in files for arg in ("-f", str(PAGILA / f))]
-        + ["-c", "VACUUM ANALYZE"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        timeout=300,
-    )
-    return time.perf_counter() - start
 
 
 async def _no_validation(self: ClientSession, name: str, result: CallToolResult) -> None:

@@ -16,10 +16,12 @@ import io
 import json
 import pstats
 import statistics
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -84,6 +86,25 @@ async def create_database(pg: EmbeddedPostgres, name: str) -> str:
     finally:
         await conn.close()
     return pg.dsn(name)
+
+
+PAGILA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "pagila"
+PSQL = "/usr/bin/psql"
+
+
+def load_pagila(dsn: str) -> float:
+    """Load Pagila's schema and data with psql, then VACUUM ANALYZE; returns seconds."""
+    start = time.perf_counter()
+    files = ("pagila-schema.sql", "pagila-data.sql")
+    subprocess.run(
+        [PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn]
+        + [arg for f in files for arg in ("-f", str(PAGILA / f))]
+        + ["-c", "VACUUM ANALYZE"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
+    return time.perf_counter() - start
 
 
 def ms_since(start_ns: int) -> float:

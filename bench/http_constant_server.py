@@ -43,12 +43,11 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp
 
 from pg_mcp_server.__main__ import configure_logging
 from pg_mcp_server.config import ServerSettings, Settings
-from pg_mcp_server.gateway import MCP_PATH, http_app
+from pg_mcp_server.gateway import http_app, sdk_app
 
 HOST = "127.0.0.1"
 
@@ -64,18 +63,7 @@ def constant_app() -> ASGIApp:
     server: MCPServer[Any] = MCPServer(name="http-floor", log_level=srv.log_level)
     server.add_tool(constant, name="constant", description="Return 42 (benchmark floor).")
     configure_logging(srv.log_level, srv.log_format)  # after MCPServer, which sets up its own
-    return server.streamable_http_app(
-        streamable_http_path=MCP_PATH,
-        stateless_http=True,
-        json_response=True,
-        max_request_body_size=srv.max_request_bytes,
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=srv.allowed_hosts,
-            allowed_origins=srv.allowed_origins,
-        ),
-        host=HOST,
-    )
+    return sdk_app(server, srv, HOST)
 
 
 def ours_app() -> ASGIApp:

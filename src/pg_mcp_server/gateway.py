@@ -18,10 +18,11 @@ import os
 from typing import Any
 
 import anyio
+from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pg_mcp_server.config import Settings
+from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.server import build_server
@@ -170,12 +171,10 @@ class Gateway:
         await _respond(send, 200, {"status": "ok", "database": "reachable"})
 
 
-def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gateway:
-    """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
-    db = Database(settings.database)
-    server = build_server(settings, role_warnings, db=db)
-    srv = settings.server
-    app = server.streamable_http_app(
+def sdk_app(server: MCPServer[Any], srv: ServerSettings, host: str) -> ASGIApp:
+    """The SDK's stateless JSON app on /mcp, with our body limit and DNS-rebinding protection
+    (the benchmark's floor is served through this too, so both are configured alike)."""
+    return server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
         json_response=True,
@@ -185,9 +184,15 @@ def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gate
             allowed_hosts=srv.allowed_hosts,
             allowed_origins=srv.allowed_origins,
         ),
-        host=srv.host,
+        host=host,
     )
-    return Gateway(app, db, settings)
+
+
+def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gateway:
+    """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
+    db = Database(settings.database)
+    server = build_server(settings, role_warnings, db=db)
+    return Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)
 
 
 # How `pg-mcp-server --workers N` hands its resolved settings to uvicorn's worker processes.

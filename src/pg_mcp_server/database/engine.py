@@ -87,6 +87,8 @@ class Database:
             isolation_level="AUTOCOMMIT",
         )
         self._releasing: set[asyncio.Task[None]] = set()
+        self._session = _SESSION.format(ms=settings.statement_timeout)
+        self._reset = _RESET.format(ms=settings.statement_timeout)
         # Connections that served a call before: one of those found dead may be retried.
         self._used: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
         # Bumped when a cached statement went stale; see _use and _checkout.
@@ -107,7 +109,7 @@ class Database:
             await conn.set_type_codec(
                 "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
             )
-            await conn.execute(_SESSION.format(ms=self.settings.statement_timeout))
+            await conn.execute(self._session)
         except BaseException:
             conn.terminate()
             raise
@@ -158,8 +160,7 @@ class Database:
     def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
         """Roll back and reset in the background: the caller has its answer already, and a
         cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
-        reset = _RESET.format(ms=self.settings.statement_timeout)
-        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn, reset))
+        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn, self._reset))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
