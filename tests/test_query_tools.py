@@ -19,7 +19,7 @@ from mcpclient import call, call_error, connect, execute, fetch
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database import safety
-from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.engine import Database, fetch_page
 
 SETUP = r"""
 CREATE TABLE items (id int PRIMARY KEY, label text, price numeric(8, 2), tags text[]);
@@ -256,6 +256,51 @@ async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn
             assert await conn.fetchval("SHOW transaction_read_only") == "on"
             with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
                 await conn.execute("DELETE FROM public.items")
+    finally:
+        await db.dispose()
+    assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000
+
+
+async def test_a_query_runs_inside_the_explicit_read_only_transaction(qdsn: str) -> None:
+    """execute_query sends BEGIN READ ONLY; SET LOCAL ... in the same flight as the statement
+    (or, for a statement asyncpg does not cache, in a round trip of its own). SET LOCAL has
+    no effect outside a transaction block, so seeing its value proves the block is open."""
+    padding = "x" * 16000  # past asyncpg's 15 KiB cacheable size: the unnamed statement
+    queries = (
+        "SELECT current_setting('statement_timeout') AS t",
+        f"SELECT current_setting('statement_timeout') AS t, length('{padding}') AS n",
+    )
+    async with connect(qdsn) as client:
+        for sql in queries:
+            for timeout_ms in (1234, 2345, None):
+                body = await call(client, "execute_query", sql=sql, timeout_ms=timeout_ms)
+                assert body["rows"][0]["t"] == (f"{timeout_ms}ms" if timeout_ms else "30s")
+        for sql in queries:  # and what PostgreSQL refuses leaves the next call unharmed
+            body = await call_error(client, "execute_query", sql=sql + " FROM nowhere")
+            assert body["error"]["code"] == "TABLE_NOT_FOUND"
+            body = await call(client, "execute_query", sql=sql, timeout_ms=1500)
+            assert body["rows"][0]["t"] == "1500ms"
+
+
+async def test_a_deferred_begin_still_refuses_writes_past_the_guard(qdsn: str) -> None:
+    """The backstop with the BEGIN sent alongside the statement (Database.run's way)."""
+    settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
+    db = Database(settings.database)
+    try:
+        for sql in (
+            "INSERT INTO public.items VALUES (-1, 'x', 1, NULL) RETURNING id",
+            "SELECT set_config('transaction_read_only', 'off', true), "
+            "(SELECT count(*) FROM public.items)",
+        ):
+            async with db.read_only(deferred=True) as conn:
+                stmt = await conn._prepare(sql, use_cache=True)
+                with pytest.raises(asyncpg.PostgresError):
+                    await fetch_page(conn, stmt, [], 10)
+        async with db.read_only(deferred=True) as conn:
+            stmt = await conn._prepare("SELECT pg_backend_pid()", use_cache=True)
+            await fetch_page(conn, stmt, [], 1)
+            assert conn.is_in_transaction()
+            assert await conn.fetchval("SHOW transaction_read_only") == "on"
     finally:
         await db.dispose()
     assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000

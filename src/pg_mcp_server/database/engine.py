@@ -9,7 +9,8 @@ timeout from the moment it opens, and is put back that way after each use. On to
 
 - `read_only()` is for anything that runs SQL a caller wrote (execute_query, explain_query,
   a sample's WHERE clause): an explicit `BEGIN READ ONLY` with `SET LOCAL statement_timeout`,
-  always rolled back.
+  always rolled back. `run()` (execute_query) sends that BEGIN in the same flight as the
+  statement's Bind/Execute (`fetch_page`), so a cached statement costs one round trip.
 - `catalog()` is for our own constant statements (catalog reads with bound parameters): they
   run in their own implicit read-only transaction, so a cached statement is one round trip.
 
@@ -21,8 +22,10 @@ session that cannot be reset is discarded.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
+import struct
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -53,7 +56,8 @@ T = TypeVar("T")
 # Our own constant text, never user SQL, so the simple protocol's multi-statement message is
 # fine here: one round trip each.
 _SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
-_BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
+_BEGIN_STATEMENTS = ("BEGIN READ ONLY", "SET LOCAL statement_timeout = {ms}")
+_BEGIN = "; ".join(_BEGIN_STATEMENTS)
 # Before reuse: refuse a session where SQL-level PREPARE left a statement behind (the guard
 # never lets one through; this is the backstop), drop session advisory locks and LISTEN
 # registrations, reset every setting, then set the session up again (RESET ALL undid that
@@ -164,15 +168,29 @@ class Database:
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
+    async def _deferred_begin(self, ms: int) -> tuple[AsyncConnection, asyncpg.Connection]:
+        """Check out a connection whose `BEGIN READ ONLY` goes out with its first statement
+        (see `fetch_page`)."""
+        sa_conn, conn = await self._checkout()
+        _pending_begin[conn] = ms
+        return sa_conn, conn
+
     @asynccontextmanager
-    async def read_only(self, timeout_ms: int | None = None) -> AsyncIterator[asyncpg.Connection]:
+    async def read_only(
+        self, timeout_ms: int | None = None, *, deferred: bool = False
+    ) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection inside `BEGIN READ ONLY`, rolled back whatever happens: the
         way to run SQL a caller wrote.
+
+        `deferred`: the BEGIN is not sent yet; the block's first statement must run through
+        `fetch_page`, which sends the BEGIN in the same flight. (Our own catalog reads and the
+        Parse/Describe of a statement may come first: they execute nothing a caller wrote.)
 
         Database failures inside the block come out as `PgMcpError`s (see `translate`).
         """
         ms = self.timeout_ms(timeout_ms)
-        async with self._use(self._begin(ms), ms) as conn:
+        acquire = self._deferred_begin(ms) if deferred else self._begin(ms)
+        async with self._use(acquire, ms) as conn:
             yield conn
 
     @asynccontextmanager
@@ -213,6 +231,7 @@ class Database:
                 raise ConnectionLostError(mapped.message) from None
             raise mapped from None
         finally:
+            _pending_begin.pop(conn, None)
             if backends is not None:
                 backends.discard(pid)
             self._release(sa_conn, conn)
@@ -220,12 +239,13 @@ class Database:
     async def run(
         self, work: Callable[[asyncpg.Connection], Awaitable[T]], timeout_ms: int | None = None
     ) -> T:
-        """`work(conn)` inside `read_only()`, run once more in a new transaction if one of
-        the connection's cached statements no longer fits its tables (a `SELECT *` prepared
-        before an ALTER TABLE: PostgreSQL refuses it, and the transaction is aborted)."""
+        """`work(conn)` inside `read_only(deferred=True)` (so work's statement runs through
+        `fetch_page`), run once more in a new transaction if one of the connection's cached
+        statements no longer fits its tables (a `SELECT *` prepared before an ALTER TABLE:
+        PostgreSQL refuses it, and the transaction is aborted)."""
         for attempt in (1, 2):
             try:
-                async with self.read_only(timeout_ms) as conn:
+                async with self.read_only(timeout_ms, deferred=True) as conn:
                     return await work(conn)
             except StatementChangedError:
                 if attempt == 2:
@@ -249,6 +269,60 @@ class Database:
         if self._releasing:
             await asyncio.gather(*self._releasing, return_exceptions=True)
         await self.engine.dispose()
+
+
+# Connections checked out by `read_only(deferred=True)` whose BEGIN is still to be sent.
+# The value is the transaction's statement timeout (ms).
+_pending_begin: weakref.WeakKeyDictionary[asyncpg.Connection, int] = weakref.WeakKeyDictionary()
+
+
+def _utility_messages(sql: str) -> bytes:
+    """Parse, Bind and Execute of one parameterless statement of ours on the unnamed statement
+    and portal, without Sync: frontend protocol messages, to go ahead of a Bind/Execute/Sync
+    (PostgreSQL runs them in order, as one extended-query series)."""
+    text = sql.encode() + b"\0"
+    parse = b"P" + struct.pack("!i", 4 + 1 + len(text) + 2) + b"\0" + text + b"\0\0"
+    bind = b"B" + struct.pack("!i", 12) + b"\0\0" + b"\0\0\0\0\0\0"
+    execute = b"E" + struct.pack("!i", 9) + b"\0" + b"\0\0\0\0"
+    return parse + bind + execute
+
+
+@functools.lru_cache(maxsize=64)
+def _begin_messages(ms: int) -> bytes:
+    return b"".join(_utility_messages(s.format(ms=ms)) for s in _BEGIN_STATEMENTS)
+
+
+async def fetch_page(
+    conn: asyncpg.Connection,
+    stmt: asyncpg.prepared_stmt.PreparedStatement,
+    args: list[Any],
+    n: int,
+) -> list[asyncpg.Record]:
+    """Bind and Execute the prepared `stmt` with a row limit of `n` (unnamed portal, left
+    unread beyond that until the transaction ends): one round trip.
+
+    On a connection from `read_only(deferred=True)` the pending `BEGIN READ ONLY; SET LOCAL
+    statement_timeout` goes first, in the same write: PostgreSQL runs it as part of the
+    same extended-query series before the Bind, so the statement runs inside the explicit
+    read-only transaction; asyncpg reads the extra ParseComplete/BindComplete/CommandComplete
+    answers as it does for its own re-Parse ahead of a Bind. Only when the statement is a
+    named, prepared one (the unnamed statement is the one the BEGIN replaces) and the
+    connection is idle; otherwise the BEGIN takes its own round trip first.
+    """
+    ms = _pending_begin.pop(conn, None)
+    if ms is not None:
+        state = stmt._state
+        if (
+            state.name
+            and state.prepared
+            and not conn.is_in_transaction()
+            and not conn._protocol._is_cancelling()
+        ):
+            conn._transport.write(_begin_messages(ms))
+        else:
+            await conn.execute(_BEGIN.format(ms=ms))
+    records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
+    return records
 
 
 class StatementChangedError(InvalidSqlError):

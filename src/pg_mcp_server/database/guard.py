@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import re
@@ -35,6 +36,9 @@ BLOCKED_KEYWORDS = re.compile(
     r"SET|RESET|DISCARD|VACUUM|ANALYZE|CLUSTER|REINDEX|COPY|BEGIN|COMMIT|ROLLBACK|SAVEPOINT)\b",
     re.IGNORECASE,
 )
+
+# Statements up to this length have their parse kept (256 of them, most recently used).
+_CACHED_SQL_CHARS = 8192
 
 _WRITE_NODES = {
     "InsertStmt": "INSERT",
@@ -65,17 +69,18 @@ _STATEMENT_NAMES = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ParsedSelect:
-    """A statement that passed the structural checks, with every name the safety check needs."""
+    """A statement that passed the structural checks, with every name the safety check needs.
+    Shared between calls (see `_parse_cached`): nothing may change it."""
 
     tree: dict[str, Any]
-    functions: set[str] = field(default_factory=set)
+    functions: frozenset[str] = frozenset()
     # `(row).fn` and `row.fn` call fn(row) when no column of that name exists.
-    attributes: set[str] = field(default_factory=set)
-    operators: set[str] = field(default_factory=set)
-    types: set[str] = field(default_factory=set)
-    relations: set[str] = field(default_factory=set)
+    attributes: frozenset[str] = frozenset()
+    operators: frozenset[str] = frozenset()
+    types: frozenset[str] = frozenset()
+    relations: frozenset[str] = frozenset()
 
 
 def _check_comments(sql: str) -> None:
@@ -138,7 +143,11 @@ def parse_select(
             "or TABLE) is.",
             context={"rule": "select_only", "statement": _label(kinds[0])},
         )
-    parsed = ParsedSelect(tree=tree)
+    functions: set[str] = set()
+    attributes: set[str] = set()
+    operators: set[str] = set()
+    types: set[str] = set()
+    relations: set[str] = set()
     for key, value in walk(tree):
         if key in _WRITE_NODES:
             raise WriteOperationDeniedError(
@@ -160,20 +169,35 @@ def parse_select(
         if not isinstance(value, dict):
             continue
         if key == "FuncCall":
-            parsed.functions.update(names(value.get("funcname", []))[-1:])
+            functions.update(names(value.get("funcname", []))[-1:])
         elif key == "ColumnRef":
             fields = names(value.get("fields", []))
             if len(fields) >= 2:
-                parsed.attributes.add(fields[-1])
+                attributes.add(fields[-1])
         elif key == "A_Indirection":
-            parsed.attributes.update(names(value.get("indirection", [])))
+            attributes.update(names(value.get("indirection", [])))
         elif key == "A_Expr":
-            parsed.operators.update(names(value.get("name", []))[-1:])
+            operators.update(names(value.get("name", []))[-1:])
         elif key in ("TypeName", "typeName"):  # a typed field has no node wrapper
-            parsed.types.update(names(value.get("names", []))[-1:])
+            types.update(names(value.get("names", []))[-1:])
         elif key == "RangeVar":
-            parsed.relations.add(value.get("relname", ""))
-    return parsed
+            relations.add(value.get("relname", ""))
+    return ParsedSelect(
+        tree,
+        frozenset(functions),
+        frozenset(attributes),
+        frozenset(operators),
+        frozenset(types),
+        frozenset(relations),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(sql: str, strict_comments: bool) -> ParsedSelect:
+    """parse_select for repeated SQL: the structural verdict depends on the text alone (the
+    names are checked against the current safety catalog on every call). Refusals are not
+    kept: they raise, and lru_cache stores only results."""
+    return parse_select(sql, strict_comments=strict_comments)
 
 
 def check_safety(parsed: ParsedSelect, catalog: SafetyCatalog) -> None:
@@ -259,9 +283,12 @@ class SqlGuard:
     async def check(
         self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0
     ) -> ParsedSelect:
-        parsed = parse_select(
-            sql, position_offset=position_offset, strict_comments=self.strict_comments
-        )
+        if position_offset == 0 and len(sql) <= _CACHED_SQL_CHARS:
+            parsed = _parse_cached(sql, self.strict_comments)
+        else:
+            parsed = parse_select(
+                sql, position_offset=position_offset, strict_comments=self.strict_comments
+            )
         # Inline when it must be (and when background reads have failed for a minute more).
         if (
             self.catalog.unfit(parsed.functions)

@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from pg_mcp_server.database.engine import fetch_page
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
 from pg_mcp_server.database.values import REDACTED, converter_for, identity
@@ -105,22 +106,17 @@ def unique_names(names: list[str]) -> list[str]:
 async def fetch_upto(
     conn: asyncpg.Connection, sql: str, params: list[Any] | None, n: int
 ) -> tuple[asyncpg.prepared_stmt.PreparedStatement, list[asyncpg.Record]]:
-    """Prepare, bind and read at most `n` rows through a cursor (the caller's transaction).
+    """Prepare, bind and read at most `n` rows (the caller's transaction, see `fetch_page`).
 
     The statement comes from the connection's statement cache (asyncpg's own, the one `fetch`
     uses, reached through its private `_prepare(use_cache=True)`: the public `prepare` always
-    parses anew), so SQL that ran on this connection before costs no Parse round trip. The
-    cursor's first fetch sends Bind and Execute (row limit `n`) together; the portal is left
-    unread beyond that and goes with the rolled-back transaction.
+    parses anew), so SQL that ran on this connection before costs no Parse round trip. Bind
+    and Execute (row limit `n`) go together; the portal is left unread beyond that and goes
+    with the rolled-back transaction.
     """
     stmt = await conn._prepare(sql, use_cache=True)
     args = bind(params, stmt.get_parameters())
-    records: list[asyncpg.Record] = []
-    async for record in stmt.cursor(*args, prefetch=n):
-        records.append(record)
-        if len(records) >= n:
-            break
-    return stmt, records
+    return stmt, await fetch_page(conn, stmt, args, n)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +154,7 @@ class SafetyCatalog:
     known_functions: frozenset[str] = frozenset()
     loaded_at: float = field(default=0.0)
 
-    def unfit(self, function_names: set[str]) -> bool:
+    def unfit(self, function_names: AbstractSet[str]) -> bool:
         """Never loaded, or a function name it has not seen: it must be read before use."""
         return not self.loaded_at or not function_names <= self.known_functions
 
