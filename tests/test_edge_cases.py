@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator
+from typing import Any
 
+import pytest
 import pytest_asyncio
 from mcpclient import call, call_error, connect, execute
+
+from pg_mcp_server.database import catalog
 
 SCHEMA = r"""
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -210,3 +214,48 @@ async def test_list_tables_pages_in_name_order(edge_dsn: str) -> None:
         beyond = await call(client, "list_tables", limit=3, offset=total + 5)
         assert beyond["tables"] == [] and beyond["total_count"] == total
         assert beyond["has_more"] is False
+
+
+async def test_describe_answers_are_reused_only_while_nothing_committed(
+    scratch_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """describe_table keeps its answer with the snapshot it was read under; a commit anywhere
+    (DDL here, from another session) makes it read again, and the row estimate and size, which
+    VACUUM changes without committing anything, are read afresh every time."""
+    await execute(scratch_dsn, "CREATE TABLE kept (id int PRIMARY KEY, a text)")
+    reused: list[bool] = []
+    original = catalog.describe_table
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        row = await original(*args, **kwargs)
+        reused.append(row["doc"] is None)
+        return row
+
+    monkeypatch.setattr(catalog, "describe_table", spy)
+    async with connect(scratch_dsn) as client:
+        first = await call(client, "describe_table", table_name="kept")
+        for _ in range(5):  # a commit elsewhere in the cluster (autovacuum) may intervene
+            assert await call(client, "describe_table", table_name="kept") == first
+        assert reused[0] is False and any(reused)
+        other = await call(client, "describe_table", table_name="kept", include_indexes=False)
+        assert "indexes" not in other or other["indexes"] in (None, [])
+        await execute(
+            scratch_dsn, "ALTER TABLE kept ADD COLUMN b int; COMMENT ON TABLE kept IS 'x'"
+        )
+        third = await call(client, "describe_table", table_name="kept")
+        assert [c["name"] for c in third["columns"]] == ["id", "a", "b"]
+        assert third["description"] == "x" and reused[-1] is False
+        await execute(scratch_dsn, "INSERT INTO kept VALUES (0, 'v'); ANALYZE kept")
+        await execute(scratch_dsn, "INSERT INTO kept SELECT g, 'v' FROM generate_series(1, 5000) g")
+        before = await call(client, "describe_table", table_name="kept")
+        await execute(scratch_dsn, "VACUUM kept")  # pg_class updated in place
+        after = await call(client, "describe_table", table_name="kept")
+        assert (before["estimated_row_count"], after["estimated_row_count"]) == (1, 5001)
+        assert after["size_pretty"] != before["size_pretty"]
+        volatile = ("estimated_row_count", "size_pretty")
+        assert {k: v for k, v in after.items() if k not in volatile} == {
+            k: v for k, v in before.items() if k not in volatile
+        }
+        await execute(scratch_dsn, "DROP TABLE kept")
+        body = await call_error(client, "describe_table", table_name="kept")
+        assert body["error"]["code"] == "TABLE_NOT_FOUND"

@@ -9,6 +9,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.catalog import SnapshotCache
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.joinpaths import GraphCache
@@ -20,6 +21,8 @@ class AppContext:
     db: Database
     guard: SqlGuard = field(default_factory=SqlGuard)
     graph: GraphCache = field(default_factory=GraphCache)
+    # describe_table answers, reused while nothing has committed since (see SnapshotCache).
+    described: SnapshotCache = field(default_factory=SnapshotCache)
     sensitive: re.Pattern[str] | None = None
 
 

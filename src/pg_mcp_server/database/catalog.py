@@ -6,6 +6,8 @@ as JSON inside PostgreSQL, so columns, keys, indexes and constraints arrive in o
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 import asyncpg
@@ -124,7 +126,9 @@ WHERE n.nspname = $1
 ORDER BY t.name
 """
 
-# Everything describe_table returns, as one JSON document; NULL when there is no such relation.
+# Everything describe_table returns, as one JSON document (NULL while `$5` is still the current
+# snapshot, see SnapshotCache), and apart from it what changes outside transactions; no row
+# when there is no such relation.
 DESCRIBE_TABLE = f"""
 WITH rel AS (
     SELECT c.oid, c.relname, n.nspname, c.relkind, c.reltuples, c.relnamespace, c.relispartition,
@@ -176,7 +180,9 @@ col AS (
       ON cd.objoid = a.attrelid AND cd.classoid = 'pg_catalog.pg_class'::regclass
      AND cd.objsubid = a.attnum
 )
-SELECT pg_catalog.json_build_object(
+SELECT CASE WHEN pg_catalog.txid_current_snapshot()::text = $5
+                 AND NOT pg_catalog.pg_is_in_recovery() THEN NULL
+ELSE pg_catalog.json_build_object(
     'table_name', rel.relname,
     'schema_name', rel.nspname,
     'type', {_TYPE_LABEL.format(c="rel")},
@@ -252,8 +258,6 @@ SELECT pg_catalog.json_build_object(
         LEFT JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
         LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
         WHERE k.conrelid = rel.oid AND k.contype IN ('p', 'u', 'f', 'c', 'x')) END,
-    'estimated_row_count', {_ROWS.format(c="rel")},
-    'size_pretty', pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}),
     'partitions', {_PARTITIONS.format(c="rel")},
     'partition_key', CASE WHEN rel.relkind = 'p'
         THEN pg_catalog.pg_get_partkeydef(rel.oid) END,
@@ -266,7 +270,10 @@ SELECT pg_catalog.json_build_object(
         WHERE i.inhrelid = rel.oid LIMIT 1) END,
     'view_definition', CASE WHEN rel.relkind IN ('v', 'm')
         THEN pg_catalog.pg_get_viewdef(rel.oid, true) END
-)
+) END AS doc,
+pg_catalog.txid_current_snapshot()::text AS snapshot,
+{_ROWS.format(c="rel")} AS estimated_row_count,
+pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}) AS size_pretty
 FROM rel
 """
 
@@ -326,18 +333,51 @@ async def list_tables(
     return tables, rows[0]["total"]
 
 
+class SnapshotCache:
+    """Answers built from the catalog, each kept with the snapshot it was read under (most
+    recently used first, `size` of them).
+
+    Two statements with equal snapshots (`txid_current_snapshot()`) see the same committed
+    transactions, so the same catalog rows: an answer read under the snapshot a later
+    statement reports is still exact, apart from what changes outside transactions (the
+    planner's page and row counts, the statistics collector's counts), which the statement
+    reads afresh every time. On a hot standby the snapshot is not trusted."""
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._entries: OrderedDict[Hashable, tuple[str, dict[str, Any]]] = OrderedDict()
+
+    def get(self, key: Hashable) -> tuple[str, dict[str, Any]] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: Hashable, snapshot: str, value: dict[str, Any]) -> None:
+        self._entries[key] = (snapshot, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
 async def describe_table(
     conn: asyncpg.Connection,
     schema: str,
     table: str,
     include_indexes: bool,
     include_constraints: bool,
-) -> dict[str, Any]:
-    doc = await conn.fetchval(DESCRIBE_TABLE, schema, table, include_indexes, include_constraints)
-    if doc is None:
+    *,
+    known_snapshot: str = "",
+) -> asyncpg.Record:
+    """The DESCRIBE_TABLE row: `doc` (the answer without its row estimate and size), or NULL
+    when `known_snapshot` is still the current snapshot (see SnapshotCache); then `snapshot`,
+    `estimated_row_count` and `size_pretty`, always read afresh."""
+    row = await conn.fetchrow(
+        DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_snapshot
+    )
+    if row is None:
         raise await missing_table(conn, schema, table)
-    assert isinstance(doc, dict)
-    return doc
+    return row
 
 
 async def table_shape(conn: asyncpg.Connection, schema: str, table: str) -> asyncpg.Record:

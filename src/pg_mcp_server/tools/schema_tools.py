@@ -23,7 +23,7 @@ from pg_mcp_server.models.schema import (
     SchemaInfo,
     TableInfo,
 )
-from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok
+from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
 
 LIST_SCHEMAS = """List the schemas (namespaces) of the database with owner, comment and table count.
 
@@ -129,11 +129,28 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = True,
     ) -> Annotated[CallToolResult, DescribeTableOutput]:
         app = app_context(ctx)
+        key = (schema_name, table_name, include_indexes, include_constraints)
+        cached = app.described.get(key)
         async with app.db.catalog() as conn:
-            doc = await catalog.describe_table(
-                conn, schema_name, table_name, include_indexes, include_constraints
+            row = await catalog.describe_table(
+                conn,
+                schema_name,
+                table_name,
+                include_indexes,
+                include_constraints,
+                known_snapshot=cached[0] if cached else "",
             )
-        return ok(DescribeTableOutput.model_validate(doc))
+        fresh = {
+            "estimated_row_count": row["estimated_row_count"],
+            "size_pretty": row["size_pretty"],
+        }
+        if row["doc"] is None and cached:
+            structured = cached[1] | fresh
+        else:
+            output = DescribeTableOutput.model_validate(row["doc"] | fresh)
+            structured = output.model_dump(mode="json")
+            app.described.put(key, row["snapshot"], structured)
+        return ok_json(structured)
 
     async def get_sample_rows(
         ctx: Context,
