@@ -20,6 +20,8 @@ from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database import safety
 from pg_mcp_server.database.engine import Database, fetch_page
+from pg_mcp_server.database.queries import fetch_upto
+from pg_mcp_server.errors import ParameterError
 
 SETUP = r"""
 CREATE TABLE items (id int PRIMARY KEY, label text, price numeric(8, 2), tags text[]);
@@ -262,10 +264,10 @@ async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn
 
 
 async def test_a_query_runs_inside_the_explicit_read_only_transaction(qdsn: str) -> None:
-    """execute_query sends BEGIN READ ONLY; SET LOCAL ... in the same flight as the statement
-    (or, for a statement asyncpg does not cache, in a round trip of its own). SET LOCAL has
-    no effect outside a transaction block, so seeing its value proves the block is open."""
-    padding = "x" * 16000  # past asyncpg's 15 KiB cacheable size: the unnamed statement
+    """execute_query sends BEGIN READ ONLY; SET LOCAL ... in the same flight as the statement.
+    SET LOCAL has no effect outside a transaction block, so seeing its value proves the block
+    is open."""
+    padding = "x" * 16000  # past asyncpg's 15 KiB cacheable size (still a named statement)
     queries = (
         "SELECT current_setting('statement_timeout') AS t",
         f"SELECT current_setting('statement_timeout') AS t, length('{padding}') AS n",
@@ -301,9 +303,57 @@ async def test_a_deferred_begin_still_refuses_writes_past_the_guard(qdsn: str) -
             await fetch_page(conn, stmt, [], 1)
             assert conn.is_in_transaction()
             assert await conn.fetchval("SHOW transaction_read_only") == "on"
+        # The unnamed statement (which a BEGIN in the same flight would replace) gets the
+        # BEGIN in a round trip of its own, and is parsed again after it.
+        async with db.read_only(timeout_ms=1717, deferred=True) as conn:
+            stmt = await conn._prepare("SELECT current_setting('statement_timeout')", name=False)
+            assert stmt._state.name == ""
+            assert [tuple(r) for r in await fetch_page(conn, stmt, [], 2)] == [("1717ms",)]
     finally:
         await db.dispose()
     assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000
+
+
+async def _no_session_left_in_a_transaction(dsn: str) -> None:
+    rows = await fetch(
+        dsn,
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'pg-mcp-server' "
+        "AND (state LIKE 'idle in transaction%' OR backend_xid IS NOT NULL)",
+    )
+    assert rows[0]["n"] == 0
+
+
+async def test_a_cancelled_or_refused_call_never_leaves_a_transaction_open(qdsn: str) -> None:
+    """The BEGIN that goes with a statement is only seen as open once its Sync is answered: a
+    call cancelled in between, or a parameter the driver refuses after the BEGIN is written,
+    must still leave the session rolled back (or dropped), never idle in a transaction."""
+    settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
+    db = Database(settings.database)
+
+    def work(conn: asyncpg.Connection) -> Any:
+        return fetch_upto(conn, "SELECT count(*) FROM items", None, 2)
+
+    try:
+        await db.run(work)
+        for i in range(40):
+            task = asyncio.create_task(db.run(work))
+            for _ in range(i % 8 + 1):
+                await asyncio.sleep(0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.sleep(0.05)  # the background reset
+            await _no_session_left_in_a_transaction(qdsn)
+            async with db.catalog() as conn:
+                assert not conn.is_in_transaction()
+        with pytest.raises(ParameterError):
+            await db.run(lambda conn: fetch_upto(conn, "SELECT $1::int4", [2**40], 2))
+        await asyncio.sleep(0.05)
+        await _no_session_left_in_a_transaction(qdsn)
+        _, rows = await db.run(work)
+        assert rows[0][0] == 30000
+    finally:
+        await db.dispose()
+    await _no_session_left_in_a_transaction(qdsn)
 
 
 async def test_a_left_over_prepared_statement_discards_the_session(qdsn: str) -> None:

@@ -130,7 +130,8 @@ class Database:
 
     async def _checkout(self) -> tuple[AsyncConnection, asyncpg.Connection]:
         """A pooled connection. One the server has closed meanwhile (restart,
-        pg_terminate_backend, idle timeout) is discarded and replaced."""
+        pg_terminate_backend, idle timeout), or one found inside a transaction, is discarded
+        and replaced."""
         for _ in range(self.settings.pool_size + 1):
             sa_conn = await self.engine.connect()
             try:
@@ -138,7 +139,9 @@ class Database:
             except Exception:
                 await _discard(sa_conn)
                 raise
-            if not conn.is_closed():
+            # A session still inside a transaction must never be handed out (_end rolls back
+            # before reuse; this is the backstop): it would hold its locks and stale now().
+            if not conn.is_closed() and not conn.is_in_transaction():
                 if self._epochs.get(conn, 0) != self._cache_epoch:
                     conn._drop_local_statement_cache()
                     self._epochs[conn] = self._cache_epoch
@@ -276,6 +279,8 @@ class Database:
 # Connections checked out by `read_only(deferred=True)` whose BEGIN is still to be sent.
 # The value is the transaction's statement timeout (ms).
 _pending_begin: weakref.WeakKeyDictionary[asyncpg.Connection, int] = weakref.WeakKeyDictionary()
+# Connections whose BEGIN went out with a statement: _end rolls them back whatever the status.
+_begin_sent: weakref.WeakKeyDictionary[asyncpg.Connection, bool] = weakref.WeakKeyDictionary()
 
 
 def _utility_messages(sql: str) -> bytes:
@@ -307,23 +312,34 @@ async def fetch_page(
     statement_timeout` goes first, in the same write: PostgreSQL runs it as part of the
     same extended-query series before the Bind, so the statement runs inside the explicit
     read-only transaction; asyncpg reads the extra ParseComplete/BindComplete/CommandComplete
-    answers as it does for its own re-Parse ahead of a Bind. Only when the statement is a
-    named, prepared one (the unnamed statement is the one the BEGIN replaces) and the
-    connection is idle; otherwise the BEGIN takes its own round trip first.
+    answers as it does for its own re-Parse ahead of a Bind. Only for a named, prepared
+    statement (the BEGIN replaces the unnamed one) and no cancellation under way; otherwise
+    the BEGIN takes its own round trip first. (`_checkout` never hands out a session inside
+    a transaction, so the BEGIN always opens a new one.)
     """
     ms = _pending_begin.pop(conn, None)
-    if ms is not None:
-        state = stmt._state
-        if (
-            state.name
-            and state.prepared
-            and not conn.is_in_transaction()
-            and not conn._protocol._is_cancelling()
-        ):
-            conn._transport.write(_begin_messages(ms))
-        else:
-            await conn.execute(_BEGIN.format(ms=ms))
-    records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
+    if ms is None:
+        records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
+        return records
+    state = stmt._state
+    if not (state.name and state.prepared and not conn._protocol._is_cancelling()):
+        # A simple Query drops the unnamed statement: have asyncpg Parse it again after.
+        state.mark_unprepared()
+        await conn.execute(_BEGIN.format(ms=ms))
+        records = await stmt._PreparedStatement__bind_execute(args, n, None)
+        return records
+    sent = conn._protocol.queries_count  # counts the Bind/Execute/Sync asyncpg has written
+    conn._transport.write(_begin_messages(ms))
+    _begin_sent[conn] = True
+    try:
+        records = await stmt._PreparedStatement__bind_execute(args, n, None)
+    except BaseException:
+        if conn._protocol.queries_count == sent:
+            # asyncpg refused before writing anything (a value that does not encode, say):
+            # the BEGIN is on the wire with no Sync behind it, and PostgreSQL would take the
+            # next message as part of its series. The session is dropped.
+            conn.terminate()
+        raise
     return records
 
 
@@ -349,7 +365,12 @@ async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, reset: str) -
     (lost, or cancelled mid-query) is discarded."""
     try:
         if not conn.is_closed():
-            await conn.execute(("ROLLBACK; " if conn.is_in_transaction() else "") + reset)
+            # A cancelled statement's answer must be in before the transaction status is read
+            # (the BEGIN sent with a statement is only seen as open once its Sync is answered).
+            await conn._protocol._wait_for_cancellation()
+            began = _begin_sent.pop(conn, False)
+            rollback = "ROLLBACK; " if began or conn.is_in_transaction() else ""
+            await conn.execute(rollback + reset)
             await sa_conn.close()
             return
     except Exception:

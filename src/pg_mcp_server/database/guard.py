@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import json
 import logging
@@ -37,7 +38,7 @@ BLOCKED_KEYWORDS = re.compile(
     re.IGNORECASE,
 )
 
-# Statements up to this length have their parse kept (256 of them, most recently used).
+# Statements up to this length have their names kept (256 of them, most recently used).
 _CACHED_SQL_CHARS = 8192
 
 _WRITE_NODES = {
@@ -72,7 +73,7 @@ _STATEMENT_NAMES = {
 @dataclass(frozen=True)
 class ParsedSelect:
     """A statement that passed the structural checks, with every name the safety check needs.
-    Shared between calls (see `_parse_cached`): nothing may change it."""
+    (Those kept for repeated SQL, see `_names_cached`, have an empty tree.)"""
 
     tree: dict[str, Any]
     functions: frozenset[str] = frozenset()
@@ -193,11 +194,12 @@ def parse_select(
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_cached(sql: str, strict_comments: bool) -> ParsedSelect:
-    """parse_select for repeated SQL: the structural verdict depends on the text alone (the
-    names are checked against the current safety catalog on every call). Refusals are not
-    kept: they raise, and lru_cache stores only results."""
-    return parse_select(sql, strict_comments=strict_comments)
+def _names_cached(sql: str, strict_comments: bool) -> ParsedSelect:
+    """parse_select for repeated SQL, without the tree (which can take megabytes for a long
+    select list): the structural verdict depends on the text alone, and the names are checked
+    against the current safety catalog on every call. Refusals are not kept: they raise, and
+    lru_cache stores only results."""
+    return dataclasses.replace(parse_select(sql, strict_comments=strict_comments), tree={})
 
 
 def check_safety(parsed: ParsedSelect, catalog: SafetyCatalog) -> None:
@@ -280,11 +282,11 @@ class SqlGuard:
     connect: Callable[[], AbstractAsyncContextManager[asyncpg.Connection]] | None = None
     _refreshing: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
-    async def check(
-        self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0
-    ) -> ParsedSelect:
+    async def check(self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0) -> None:
+        """Refuse `sql` unless it is one SELECT that calls nothing unsafe (see parse_select
+        and check_safety)."""
         if position_offset == 0 and len(sql) <= _CACHED_SQL_CHARS:
-            parsed = _parse_cached(sql, self.strict_comments)
+            parsed = _names_cached(sql, self.strict_comments)
         else:
             parsed = parse_select(
                 sql, position_offset=position_offset, strict_comments=self.strict_comments
@@ -301,7 +303,6 @@ class SqlGuard:
             # cancel it (the HTTP gateway cancels what a dropped request was running).
             self._refreshing = asyncio.create_task(self._refresh(), context=contextvars.Context())
         check_safety(parsed, self.catalog)
-        return parsed
 
     def _install(self, catalog: SafetyCatalog) -> None:
         """Keep the newest: a slow background read must not replace a later inline one."""
