@@ -259,3 +259,45 @@ async def test_describe_answers_are_reused_only_while_nothing_committed(
         await execute(scratch_dsn, "DROP TABLE kept")
         body = await call_error(client, "describe_table", table_name="kept")
         assert body["error"]["code"] == "TABLE_NOT_FOUND"
+
+
+async def test_describe_reuse_follows_the_settings_that_shape_its_text(scratch_dsn: str) -> None:
+    """Deparsed text (view definitions, defaults, index definitions) depends on session
+    settings. A database-level setting reaches only new sessions, and nothing commits between
+    the two calls below: the answer kept by an old session must not be reused by a new one."""
+    await execute(
+        scratch_dsn,
+        "CREATE TABLE shaped (id int PRIMARY KEY); CREATE VIEW shaped_v AS SELECT id FROM shaped",
+    )
+    async with connect(scratch_dsn) as client:
+        before = await call(client, "describe_table", table_name="shaped_v")
+        assert '"shaped"' not in before["view_definition"]
+        await execute(
+            scratch_dsn,
+            "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET quote_all_identifiers = on', "
+            "current_database()); END$$",
+        )
+        # Read again by a session that still has the old setting, and kept.
+        again = await call(client, "describe_table", table_name="shaped_v")
+        assert again["view_definition"] == before["view_definition"]
+        await execute(
+            scratch_dsn,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'pg-mcp-server' AND datname = current_database()",
+        )
+        after = await call(client, "describe_table", table_name="shaped_v")
+        assert '"shaped"' in after["view_definition"]
+
+
+def test_the_describe_cache_is_bounded_in_entries_and_bytes() -> None:
+    cache = catalog.SnapshotCache(size=3, max_bytes=1000)
+    for n in range(5):
+        cache.put(n, f"t{n}", {"n": n}, 100)
+    assert [cache.get(n) is not None for n in range(5)] == [False, False, True, True, True]
+    cache.put("big", "t", {}, 101)  # over a tenth of the budget: not kept
+    assert cache.get("big") is None
+    for n in range(5, 15):
+        cache.put(n, "t", {}, 100)
+    cache.put(3, "t3", {"n": 3}, 90)  # replacing an entry gives its bytes back
+    assert cache.get(3) == ("t3", {"n": 3})
+    assert cache._bytes <= 1000 and len(cache._entries) <= 3

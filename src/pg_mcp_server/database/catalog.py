@@ -126,11 +126,31 @@ WHERE n.nspname = $1
 ORDER BY t.name
 """
 
-# Everything describe_table returns, as one JSON document (NULL while `$5` is still the current
-# snapshot, see SnapshotCache), and apart from it what changes outside transactions; no row
-# when there is no such relation.
+# This run of this PostgreSQL installation. A snapshot means something only within one run:
+# a database rebuilt by the same script (or restored, or upgraded, or another server behind
+# the same address) reaches the same transaction ids and so the same snapshot text.
+SERVER_RUN = """(pg_catalog.pg_control_system()).system_identifier::text || '@'
+    || pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time())::text"""
+
+# When two describe_table answers are the same: the same server run, the same committed
+# transactions (equal snapshots see the same catalog rows), and the same settings that shape
+# deparsed text (pg_get_expr, pg_get_indexdef, pg_get_viewdef, format_type).
+_DESCRIBE_TOKEN = f"""pg_catalog.txid_current_snapshot()::text || '/' || {SERVER_RUN} || '/'
+    || pg_catalog.concat_ws('/', pg_catalog.current_setting('search_path'),
+        pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
+        pg_catalog.current_setting('IntervalStyle'),
+        pg_catalog.current_setting('quote_all_identifiers'),
+        pg_catalog.current_setting('bytea_output'),
+        pg_catalog.current_setting('extra_float_digits'),
+        pg_catalog.current_setting('lc_monetary'),
+        pg_catalog.current_setting('standard_conforming_strings'))"""
+
+# Everything describe_table returns, as one JSON document (NULL while `$5` is still the
+# current token, see SnapshotCache), and apart from it what changes outside transactions; no
+# row when there is no such relation.
 DESCRIBE_TABLE = f"""
-WITH rel AS (
+WITH tok AS MATERIALIZED (SELECT {_DESCRIBE_TOKEN} AS token),
+rel AS (
     SELECT c.oid, c.relname, n.nspname, c.relkind, c.reltuples, c.relnamespace, c.relispartition,
            c.relpages, c.reltoastrelid
     FROM pg_catalog.pg_class c
@@ -180,8 +200,7 @@ col AS (
       ON cd.objoid = a.attrelid AND cd.classoid = 'pg_catalog.pg_class'::regclass
      AND cd.objsubid = a.attnum
 )
-SELECT CASE WHEN pg_catalog.txid_current_snapshot()::text = $5
-                 AND NOT pg_catalog.pg_is_in_recovery() THEN NULL
+SELECT CASE WHEN tok.token = $5 AND NOT pg_catalog.pg_is_in_recovery() THEN NULL
 ELSE pg_catalog.json_build_object(
     'table_name', rel.relname,
     'schema_name', rel.nspname,
@@ -271,10 +290,10 @@ ELSE pg_catalog.json_build_object(
     'view_definition', CASE WHEN rel.relkind IN ('v', 'm')
         THEN pg_catalog.pg_get_viewdef(rel.oid, true) END
 ) END AS doc,
-pg_catalog.txid_current_snapshot()::text AS snapshot,
+tok.token,
 {_ROWS.format(c="rel")} AS estimated_row_count,
 pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}) AS size_pretty
-FROM rel
+FROM rel, tok
 """
 
 # What get_sample_rows needs before it can build its SELECT.
@@ -334,30 +353,42 @@ async def list_tables(
 
 
 class SnapshotCache:
-    """Answers built from the catalog, each kept with the snapshot it was read under (most
-    recently used first, `size` of them).
+    """Answers built from the catalog, each kept with the token it was read under (see
+    DESCRIBE_TABLE): most recently used first, at most `size` of them and `max_bytes` of
+    answer text in all.
 
-    Two statements with equal snapshots (`txid_current_snapshot()`) see the same committed
-    transactions, so the same catalog rows: an answer read under the snapshot a later
-    statement reports is still exact, apart from what changes outside transactions (the
-    planner's page and row counts, the statistics collector's counts), which the statement
-    reads afresh every time. On a hot standby the snapshot is not trusted."""
+    Two statements with equal snapshots (`txid_current_snapshot()`) in the same server run
+    see the same committed transactions, so the same catalog rows: an answer read under the
+    token a later statement reports is still exact, apart from what changes outside
+    transactions (the planner's page and row counts, the statistics collector's counts),
+    which the statement reads afresh every time. On a hot standby it is never reused.
+    Entries are shared with the answers made from them: nothing may change them."""
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int = 256, max_bytes: int = 16_000_000) -> None:
         self.size = size
-        self._entries: OrderedDict[Hashable, tuple[str, dict[str, Any]]] = OrderedDict()
+        self.max_bytes = max_bytes
+        self._bytes = 0
+        self._entries: OrderedDict[Hashable, tuple[str, dict[str, Any], int]] = OrderedDict()
 
     def get(self, key: Hashable) -> tuple[str, dict[str, Any]] | None:
         entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
-
-    def put(self, key: Hashable, snapshot: str, value: dict[str, Any]) -> None:
-        self._entries[key] = (snapshot, value)
+        if entry is None:
+            return None
         self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        return entry[0], entry[1]
+
+    def put(self, key: Hashable, token: str, value: dict[str, Any], nbytes: int) -> None:
+        """Keep `value` (whose answer text is `nbytes` long) unless it alone is over a
+        tenth of the budget."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old[2]
+        if nbytes > self.max_bytes // 10:
+            return
+        self._entries[key] = (token, value, nbytes)
+        self._bytes += nbytes
+        while len(self._entries) > self.size or self._bytes > self.max_bytes:
+            self._bytes -= self._entries.popitem(last=False)[1][2]
 
 
 async def describe_table(
@@ -367,13 +398,13 @@ async def describe_table(
     include_indexes: bool,
     include_constraints: bool,
     *,
-    known_snapshot: str = "",
+    known_token: str = "",
 ) -> asyncpg.Record:
     """The DESCRIBE_TABLE row: `doc` (the answer without its row estimate and size), or NULL
-    when `known_snapshot` is still the current snapshot (see SnapshotCache); then `snapshot`,
+    when `known_token` is still the current token (see SnapshotCache); then `token`,
     `estimated_row_count` and `size_pretty`, always read afresh."""
     row = await conn.fetchrow(
-        DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_snapshot
+        DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_token
     )
     if row is None:
         raise await missing_table(conn, schema, table)

@@ -54,18 +54,18 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Our own constant text, never user SQL, so the simple protocol's multi-statement message is
-# fine here: one round trip each.
+# fine here: one round trip each. (SET, not startup parameters: poolers such as PgBouncer
+# refuse or drop startup parameters they do not know.)
+_SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
 _BEGIN_STATEMENTS = ("BEGIN READ ONLY", "SET LOCAL statement_timeout = {ms}")
 _BEGIN = "; ".join(_BEGIN_STATEMENTS)
 # Before reuse: refuse a session where SQL-level PREPARE left a statement behind (the guard
 # never lets one through; this is the backstop), drop session advisory locks and LISTEN
-# registrations, and reset every setting. RESET ALL goes back to the values the session
-# started with, and those include the read-only default and the statement timeout: they are
-# startup parameters of the connection (see _connect). A rollback goes first when a
-# transaction is open (see _end).
+# registrations, reset every setting, then set the session up again (RESET ALL undid that
+# too). A rollback goes first when a transaction is open (see _end).
 _RESET = (
     "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
-    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL"
+    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; " + _SESSION
 )
 
 
@@ -91,6 +91,8 @@ class Database:
             isolation_level="AUTOCOMMIT",
         )
         self._releasing: set[asyncio.Task[None]] = set()
+        self._session = _SESSION.format(ms=settings.statement_timeout)
+        self._reset = _RESET.format(ms=settings.statement_timeout)
         # Connections that served a call before: one of those found dead may be retried.
         self._used: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
         # Bumped when a cached statement went stale; see _use and _checkout.
@@ -103,12 +105,7 @@ class Database:
         conn = await asyncpg.connect(
             **self.settings.connect_kwargs(),
             timeout=self.settings.pool_timeout,
-            # Startup parameters, so they are also what RESET ALL returns to.
-            server_settings={
-                "application_name": APPLICATION_NAME,
-                "default_transaction_read_only": "on",
-                "statement_timeout": str(self.settings.statement_timeout),
-            },
+            server_settings={"application_name": APPLICATION_NAME},
         )
         try:
             # asyncpg turns intervals into timedelta, which folds months into 30 days; the
@@ -116,6 +113,7 @@ class Database:
             await conn.set_type_codec(
                 "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
             )
+            await conn.execute(self._session)
         except BaseException:
             conn.terminate()
             raise
@@ -169,7 +167,7 @@ class Database:
     def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
         """Roll back and reset in the background: the caller has its answer already, and a
         cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
-        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn, _RESET))
+        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn, self._reset))
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
-from pg_mcp_server.database.catalog import FK_ACTION
+from pg_mcp_server.database.catalog import FK_ACTION, SERVER_RUN
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""
@@ -95,15 +95,18 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
 # the snapshot differs from the one the cached graph was checked under ($1), and the whole graph
 # only when the fingerprint differs from the cached one ($2). Two snapshots with the same
 # xmin:xmax:in-progress list see exactly the same committed transactions, hence the same catalog
-# rows: while nothing in the cluster commits, the check scans no catalog at all. (Not on a hot
+# rows: while nothing in the cluster commits, the check scans no catalog at all. Both carry the
+# server run (catalog.SERVER_RUN): a database rebuilt by the same script reaches the same
+# snapshot, and the same xmins too. (Not on a hot
 # standby, whose snapshots list in-progress transactions elsewhere: there the fingerprint is
 # always computed.) Each CASE branch holds its subqueries, which PostgreSQL runs only when the
 # branch is taken.
 GRAPH = f"""
-WITH now AS MATERIALIZED (SELECT pg_catalog.txid_current_snapshot()::text AS snapshot),
+WITH now AS MATERIALIZED (
+  SELECT pg_catalog.txid_current_snapshot()::text || '/' || {SERVER_RUN} AS snapshot),
 fp AS MATERIALIZED (
   SELECT CASE WHEN now.snapshot IS DISTINCT FROM $1 OR pg_catalog.pg_is_in_recovery()
-              THEN {_FINGERPRINT} END AS fingerprint
+              THEN {SERVER_RUN} || '/' || {_FINGERPRINT} END AS fingerprint
   FROM now)
 SELECT now.snapshot, fp.fingerprint,
        {_OID.format(s=3, t=4)} AS from_oid,

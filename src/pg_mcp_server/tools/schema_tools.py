@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, TextContent
 from pydantic import Field
 
 from pg_mcp_server.app import app_context
@@ -138,19 +138,20 @@ def schema_tools(default_schema: str) -> list[PgTool]:
                 table_name,
                 include_indexes,
                 include_constraints,
-                known_snapshot=cached[0] if cached else "",
+                known_token=cached[0] if cached else "",
             )
         fresh = {
             "estimated_row_count": row["estimated_row_count"],
             "size_pretty": row["size_pretty"],
         }
         if row["doc"] is None and cached:
-            structured = cached[1] | fresh
-        else:
-            output = DescribeTableOutput.model_validate(row["doc"] | fresh)
-            structured = output.model_dump(mode="json")
-            app.described.put(key, row["snapshot"], structured)
-        return ok_json(structured)
+            return ok_json(cached[1] | fresh)
+        structured = DescribeTableOutput.model_validate(row["doc"] | fresh).model_dump(mode="json")
+        result = ok_json(structured)
+        text = result.content[0]
+        size = len(text.text) if isinstance(text, TextContent) else 0
+        app.described.put(key, row["token"], structured, size)
+        return result
 
     async def get_sample_rows(
         ctx: Context,
