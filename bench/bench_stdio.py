@@ -3,12 +3,17 @@ on one server process.
 
 Starts a throwaway PostgreSQL 18, loads Pagila (../shared/datasets/pagila, with /usr/bin/psql)
 and VACUUM ANALYZEs it, spawns bench/stdio_server.py (our server plus `bench_constant`) with
-`mcp.Client(stdio_client(...))`, and times RUNS calls of each tool after WARMUP. Each iteration
-calls constant, describe, execute, then the same three again: the first three with the
-client's default output-schema validation (jsonschema), the others with it switched off
-(ClientSession.validate_tool_result -> no-op), so all six see the same machine state. The
-server's stderr goes to a temporary file. Targets: describe_table within 1.5x the constant
-tool (issue 2), execute_query("SELECT 1") within 1.3x (issue 4).
+`mcp.Client(stdio_client(...))`, and times each tool in three patterns:
+- interleaved: each iteration calls constant, describe, execute, then the same three again,
+  the first three with the client's default output-schema validation (jsonschema), the others
+  with it switched off (ClientSession.validate_tool_result -> no-op), so all six see the same
+  machine state; a call can overlap the background session reset of the call before it;
+- per-tool blocks: rounds of 20 back-to-back calls of one tool and setting, so a tool shares
+  the machine only with its own background work;
+- spaced: interleaved with validation off and 5 ms of idle time before each call, the way an
+  agent calls tools (slower for all: waking idle CPUs costs, and the database adds hops).
+The server's stderr goes to a temporary file. Targets: describe_table within 1.5x the
+constant tool (issue 2), execute_query("SELECT 1") within 1.3x (issue 4).
 
 For reference the same server is then timed in-process (`mcp.Client(server)`, no transport),
 with stopwatches splitting each tool's time server-side, and the first execute_query of a fresh
@@ -55,6 +60,10 @@ from pg_mcp_server.tools import query_tools
 
 WARMUP = 20
 RUNS = 200
+BLOCK_ROUNDS = 10  # blocks(): 10 rounds x 20 kept calls = RUNS per tool and setting
+BLOCK_WARMUP = 2
+BLOCK_CALLS = 20
+GAP_S = 0.005  # idle time before each call in the spaced-out pattern
 PROFILED_CALLS = 200
 FIRST_CALL_RUNS = 5
 COUNTED_CALLS = 10
@@ -95,17 +104,42 @@ async def call(client: Client, tool: Tool) -> CallToolResult:
     return result
 
 
-async def interleaved(client: Client, validation: tuple[bool, ...]) -> Samples:
+async def timed(client: Client, tool: Tool, validate: bool, gap_s: float = 0.0) -> float:
+    if gap_s:
+        await asyncio.sleep(gap_s)
+    with client_validation(validate):
+        start = time.perf_counter_ns()
+        await call(client, tool)
+        return ms_since(start)
+
+
+async def interleaved(client: Client, validation: tuple[bool, ...], gap_s: float = 0.0) -> Samples:
+    """Each iteration calls every tool once per client setting, in TOOLS order (so a tool's
+    call can overlap the background reset of the tool called before it); `gap_s` of idle
+    time before each call."""
     samples: Samples = {(t[0], v): [] for t in TOOLS for v in validation}
     for i in range(WARMUP + RUNS):
         for validate in validation:
             for tool in TOOLS:
-                with client_validation(validate):
-                    start = time.perf_counter_ns()
-                    await call(client, tool)
-                    elapsed = ms_since(start)
+                elapsed = await timed(client, tool, validate, gap_s)
                 if i >= WARMUP:
                     samples[(tool[0], validate)].append(elapsed)
+    return samples
+
+
+async def blocks(client: Client, validation: tuple[bool, ...]) -> Samples:
+    """BLOCK_ROUNDS rounds; in each, every tool and client setting gets a block of
+    BLOCK_WARMUP + BLOCK_CALLS back-to-back calls (the first BLOCK_WARMUP not kept): a tool
+    shares the machine only with its own background work, and the rounds spread all tools
+    over the same stretch of time."""
+    samples: Samples = {(t[0], v): [] for t in TOOLS for v in validation}
+    for _ in range(BLOCK_ROUNDS):
+        for validate in validation:
+            for tool in TOOLS:
+                for i in range(BLOCK_WARMUP + BLOCK_CALLS):
+                    elapsed = await timed(client, tool, validate)
+                    if i >= BLOCK_WARMUP:
+                        samples[(tool[0], validate)].append(elapsed)
     return samples
 
 
@@ -137,8 +171,9 @@ async def in_process(dsn: str) -> tuple[str, list[str]]:
     """The same server without transport (validation off), splitting each tool's time.
 
     Stopwatches around the tool functions (reached through the SDK's private tool manager),
-    catalog.describe_table (the one catalog statement), run_query (guard, prepare, cursor
-    fetch, rows to JSON) and SqlGuard.check (parse; the safety catalog is cached).
+    catalog.describe_table (the one catalog statement), run_query (guard, prepare, BEGIN and
+    Bind/Execute in one flight, rows to JSON) and SqlGuard.check (names kept for repeated SQL;
+    the safety catalog is cached).
     """
     server = bench_server(Settings.load(database={"dsn": dsn}))
     watches = {name: Stopwatch() for name in ("describe", "execute", "catalog", "run", "guard")}
@@ -161,8 +196,8 @@ async def in_process(dsn: str) -> tuple[str, list[str]]:
         "(the rest: pool checkout, pydantic)",
         f"- execute_query(SELECT 1): whole call {whole[EXECUTE[0]]:.2f} ms; tool function "
         f"{median['execute']:.2f} ms, of which run_query {median['run']:.2f} ms (guard "
-        f"{median['guard']:.2f} ms, then prepare + cursor fetch + rows to JSON); the rest: pool "
-        "checkout, BEGIN + SET LOCAL, pydantic",
+        f"{median['guard']:.2f} ms, then BEGIN + Bind/Execute in one flight + rows to JSON); "
+        "the rest: pool checkout, pydantic",
         f"- bench_constant: whole call {whole[CONSTANT[0]]:.2f} ms",
     ]
     for measured in (DESCRIBE, EXECUTE):
@@ -246,9 +281,18 @@ async def bench(dsn: str, tmp: Path) -> tuple[list[str], list[str], list[str]]:
             one = await call(client, EXECUTE)
             print(f"execute_query(SELECT 1): {one.structured_content}")
             samples = await interleaved(client, (True, False))
+            in_blocks = await blocks(client, (True, False))
+            spaced = await interleaved(client, (False,), GAP_S)
     rows = [
-        row("stdio, client validates output (default)", samples, True),
-        row("stdio, client validation off", samples, False),
+        row("stdio, interleaved, client validates output (default)", samples, True),
+        row("stdio, interleaved, client validation off", samples, False),
+        row("stdio, per-tool blocks, client validates output (default)", in_blocks, True),
+        row("stdio, per-tool blocks, client validation off", in_blocks, False),
+        row(
+            f"stdio, spaced ({GAP_S * 1000:g} ms idle before each call), validation off",
+            spaced,
+            False,
+        ),
     ]
     profiles = []
     with client_validation(False):
@@ -270,8 +314,10 @@ def main() -> None:
         load_after = os.getloadavg()[0]
     for profiled in profiles:
         print(f"\nTarget missed over stdio (validation off); cProfile:\n\n{profiled}")
-    print(f"\n{WARMUP} warm-up then {RUNS} timed calls of each tool and client setting,")
-    print(f"interleaved. 1-minute load average {load_before:.2f} before, {load_after:.2f} after.\n")
+    print(f"\nInterleaved: {WARMUP} warm-up then {RUNS} timed calls of each tool and client")
+    print(f"setting. Blocks: {BLOCK_ROUNDS} rounds of {BLOCK_WARMUP} + {BLOCK_CALLS} calls per")
+    print("tool and setting. 1-minute load average")
+    print(f"{load_before:.2f} before, {load_after:.2f} after.\n")
     print("| phase | describe_table(film) median / p95 (ms) "
           "| execute_query(SELECT 1) median / p95 (ms) | bench_constant median / p95 (ms) "
           "| describe / constant | <= 1.5x | execute / constant | <= 1.3x |")  # fmt: skip
