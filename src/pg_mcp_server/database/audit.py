@@ -14,7 +14,7 @@ FILE_ROLES = ["pg_read_server_files", "pg_write_server_files", "pg_execute_serve
 AUDIT = """
 SELECT current_user AS role,
        r.rolsuper AS superuser,
-       ARRAY(SELECT p FROM unnest($1::text[]) AS p
+       ARRAY(SELECT p FROM pg_catalog.unnest($1::pg_catalog.text[]) AS p
              WHERE pg_catalog.pg_has_role(current_user, p, 'MEMBER')) AS file_roles,
        (SELECT count(*) FROM pg_catalog.pg_class c
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
