@@ -4,16 +4,20 @@ on one server process.
 Starts a throwaway PostgreSQL 18, loads Pagila (../shared/datasets/pagila, with /usr/bin/psql)
 and VACUUM ANALYZEs it, spawns bench/stdio_server.py (our server plus `bench_constant`) with
 `mcp.Client(stdio_client(...))`, and times each tool in three patterns:
-- interleaved: each iteration calls constant, describe, execute, then the same three again,
-  the first three with the client's default output-schema validation (jsonschema), the others
-  with it switched off (ClientSession.validate_tool_result -> no-op), so all six see the same
-  machine state; a call can overlap the background session reset of the call before it;
+- interleaved: each iteration calls constant, describe, execute (and the reference below),
+  then the same again: first with the client's default output-schema validation
+  (jsonschema), then with it switched off (ClientSession.validate_tool_result -> no-op), so
+  all calls see the same machine state; a call can overlap the background session reset of
+  the call before it;
 - per-tool blocks: rounds of 20 back-to-back calls of one tool and setting, so a tool shares
   the machine only with its own background work;
 - spaced: interleaved with validation off and 5 ms of idle time before each call, the way an
   agent calls tools (slower for all: waking idle CPUs costs, and the database adds hops).
-The server's stderr goes to a temporary file. Targets: describe_table within 1.5x the
-constant tool (issue 2), execute_query("SELECT 1") within 1.3x (issue 4).
+A fourth tool, bench_one_round_trip, is timed alongside as a reference: one `SELECT 1` round
+trip on a connection of its own (no pool, guard, transaction or reset) with an answer shaped
+like execute_query's, the least any database-backed tool can do. The server's stderr goes to
+a temporary file. Targets: describe_table within 1.5x the constant tool (issue 2),
+execute_query("SELECT 1") within 1.3x (issue 4).
 
 For reference the same server is then timed in-process (`mcp.Client(server)`, no transport),
 with stopwatches splitting each tool's time server-side, and the first execute_query of a fresh
@@ -74,7 +78,9 @@ Tool = tuple[str, dict[str, Any]]
 DESCRIBE: Tool = ("describe_table", {"table_name": "film"})
 EXECUTE: Tool = ("execute_query", {"sql": "SELECT 1"})
 CONSTANT: Tool = ("bench_constant", {})
-TOOLS = (CONSTANT, DESCRIBE, EXECUTE)
+# The least a database-backed tool can do (see stdio_server.py): a reference, not a target.
+ROUND_TRIP: Tool = ("bench_one_round_trip", {"sql": "SELECT 1"})
+TOOLS = (CONSTANT, DESCRIBE, EXECUTE, ROUND_TRIP)
 TARGETS = {DESCRIBE[0]: 1.5, EXECUTE[0]: 1.3}  # most time relative to the constant tool
 Samples = dict[tuple[str, bool], list[float]]  # (tool name, client validates) -> ms
 
@@ -150,9 +156,10 @@ def ratio(samples: Samples, tool: str, validate: bool) -> float:
 def row(phase: str, samples: Samples, validate: bool, judged: bool = True) -> str:
     """A table row; `judged` rows are held to TARGETS (the stdio ones)."""
     cells = [phase]
-    for tool in (DESCRIBE[0], EXECUTE[0], CONSTANT[0]):
+    for tool in (DESCRIBE[0], EXECUTE[0], CONSTANT[0], ROUND_TRIP[0]):
         median, p95 = summary(samples[(tool, validate)])
         cells.append(f"{median:.2f} / {p95:.2f}")
+    cells.append(f"{ratio(samples, ROUND_TRIP[0], validate):.2f}x")
     for tool, target in TARGETS.items():
         r = ratio(samples, tool, validate)
         cells.append(f"{r:.2f}x")
@@ -320,8 +327,9 @@ def main() -> None:
     print(f"{load_before:.2f} before, {load_after:.2f} after.\n")
     print("| phase | describe_table(film) median / p95 (ms) "
           "| execute_query(SELECT 1) median / p95 (ms) | bench_constant median / p95 (ms) "
+          "| one round trip median / p95 (ms) | one round trip / constant "
           "| describe / constant | <= 1.5x | execute / constant | <= 1.3x |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print("\nIn-process medians:\n")
     print("\n".join(split))

@@ -5,7 +5,9 @@ Settings, logging and build_server are exactly what the console script uses; the
 output schema and structured content too), and `bench_memory`, which reports this process's
 resident set size now and at its peak (VmRSS / VmHWM from /proc/self/status). Timing
 bench_constant next to a real tool on the same process isolates what the tool adds on top of
-the MCP stdio round trip.
+the MCP stdio round trip. `bench_one_round_trip(sql)` is the least a database-backed tool can
+do: one round trip (`SELECT 1` on a connection of its own, no pool, guard, transaction or
+reset) and an answer shaped like execute_query's.
 
 With `--profile PATH` it also has `bench_profile(action)`: "start" turns cProfile on, "stop"
 turns it off and writes the stats to PATH, so only the calls in between are profiled.
@@ -19,13 +21,18 @@ from __future__ import annotations
 import argparse
 import cProfile
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import asyncpg
 from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult
 
 from pg_mcp_server.__main__ import configure_logging
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.queries import query_hash
+from pg_mcp_server.models.results import ExecuteQueryOutput
 from pg_mcp_server.server import build_server
+from pg_mcp_server.tools.registry import ok_json
 
 
 async def bench_constant() -> int:
@@ -38,6 +45,34 @@ async def bench_memory() -> dict[str, int]:
     with open("/proc/self/status") as status:
         fields = dict(line.split(":", 1) for line in status)
     return {key: int(fields[key].split()[0]) for key in ("VmRSS", "VmHWM")}
+
+
+def one_round_trip_tool(connect: dict[str, Any]) -> Callable[[str], Awaitable[CallToolResult]]:
+    """A tool that does the least any database-backed tool must: one round trip (a cached
+    `SELECT 1` on a connection of its own: no pool, guard, transaction or reset) and an answer
+    shaped like execute_query's. Timing it next to bench_constant shows what one round trip
+    costs over stdio on this machine."""
+    state: dict[str, asyncpg.Connection] = {}
+
+    async def bench_one_round_trip(sql: str) -> Annotated[CallToolResult, ExecuteQueryOutput]:
+        """SELECT 1 on a dedicated connection (benchmark)."""
+        if "conn" not in state:
+            state["conn"] = await asyncpg.connect(**connect)
+        value = await state["conn"].fetchval("SELECT 1")
+        rows = [{"?column?": value}]
+        return ok_json(
+            {
+                "columns": [{"name": "?column?", "data_type": "integer"}],
+                "rows": rows,
+                "row_count": 1,
+                "has_more": False,
+                "execution_time_ms": 0.0,
+                "query_hash": query_hash(sql),
+                "note": None,
+            }
+        )
+
+    return bench_one_round_trip
 
 
 def profile_tool(path: str) -> Callable[[Literal["start", "stop"]], Awaitable[str]]:
@@ -60,6 +95,9 @@ def bench_server(settings: Settings, profile: str | None = None) -> MCPServer[An
     server = build_server(settings)
     server.add_tool(bench_constant, name="bench_constant", description="Return 42 (benchmark).")
     server.add_tool(bench_memory, name="bench_memory", description="RSS of this process (kB).")
+    server.add_tool(
+        one_round_trip_tool(settings.database.connect_kwargs()), name="bench_one_round_trip"
+    )
     if profile:
         server.add_tool(profile_tool(profile), name="bench_profile")
     return server
