@@ -126,11 +126,15 @@ WHERE n.nspname = $1
 ORDER BY t.name
 """
 
-# This run of this PostgreSQL installation. A snapshot means something only within one run:
-# a database rebuilt by the same script (or restored, or upgraded, or another server behind
-# the same address) reaches the same transaction ids and so the same snapshot text.
-SERVER_RUN = """(pg_catalog.pg_control_system()).system_identifier::text || '@'
-    || pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time())::text"""
+# This run of the server and this incarnation of the database. A snapshot means something
+# only within one run: a database rebuilt by the same script (re-initialised, restored,
+# upgraded, or another server behind the same address) reaches the same transaction ids and
+# so the same snapshot text, but it starts a new postmaster; one dropped and created again
+# in a running cluster gets a new oid. (Not pg_control_system(): managed services may
+# refuse it.)
+SERVER_RUN = """pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time())::text
+    || '@' || (SELECT d.oid FROM pg_catalog.pg_database d
+               WHERE d.datname = pg_catalog.current_database())::text"""
 
 # When two describe_table answers are the same: the same server run, the same committed
 # transactions (equal snapshots see the same catalog rows), and the same settings that shape

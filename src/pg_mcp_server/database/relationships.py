@@ -97,7 +97,7 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
 # xmin:xmax:in-progress list see exactly the same committed transactions, hence the same catalog
 # rows: while nothing in the cluster commits, the check scans no catalog at all. Both carry the
 # server run (catalog.SERVER_RUN): a database rebuilt by the same script reaches the same
-# snapshot, and the same xmins too. (Not on a hot
+# snapshot, and the same xmins too, but not the same postmaster start or database oid. (Not on a hot
 # standby, whose snapshots list in-progress transactions elsewhere: there the fingerprint is
 # always computed.) Each CASE branch holds its subqueries, which PostgreSQL runs only when the
 # branch is taken.
