@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -136,6 +137,51 @@ async def test_modern_client_discovers_and_calls(server: Running) -> None:
         assert "orders" in {t["name"] for t in listed["tables"]}
         body = await call_error(client, "execute_query", sql="DELETE FROM orders")
         assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
+
+
+def raw_post(running: Running, headers: str, message: dict[str, Any]) -> tuple[int, Any]:
+    """One HTTP/1.1 POST written by hand (httpx refuses header values with surrounding
+    whitespace, which the spec says servers must accept)."""
+    port = int(running.base.rsplit(":", 1)[1])
+    body = json.dumps(message).encode()
+    head = (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: {ACCEPT}\r\n{headers}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head.encode() + body)
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    status = int(raw.split(b" ", 2)[1])
+    return status, json.loads(raw.split(b"\r\n\r\n", 1)[1])
+
+
+def test_routing_headers_may_carry_surrounding_whitespace(server: Running) -> None:
+    """RFC 9110: a field value excludes leading and trailing whitespace (the conformance
+    suite's http-header-validation checks it); a different name is still refused."""
+    message = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {
+            "name": "list_schemas",
+            "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
+    version = "MCP-Protocol-Version: 2026-07-28\r\n"
+    status, body = raw_post(
+        server, version + "Mcp-Method:  tools/call \t\r\nMcp-Name: \tlist_schemas  \r\n", message
+    )
+    assert status == 200 and "public" in json.dumps(body["result"])
+    status, body = raw_post(
+        server, version + "Mcp-Method: tools/call\r\nMcp-Name: list_tables\r\n", message
+    )
+    assert status == 400 and body["error"]["code"] == -32020
 
 
 async def test_legacy_client_initializes_and_calls(server: Running) -> None:

@@ -77,6 +77,9 @@ class Gateway:
         if path.rstrip("/") != MCP_PATH:
             await self.app(scope, receive, send)
             return
+        # RFC 9110 5.5: a field value excludes leading and trailing whitespace; the SDK compares
+        # Mcp-Method / Mcp-Name with the body as sent, and httptools keeps what surrounds them.
+        scope = {**scope, "headers": [(k, v.strip(b" \t")) for k, v in scope["headers"]]}
         if self.tokens and not self._authorized(scope):
             await _respond(
                 send,
