@@ -33,7 +33,7 @@ curl -sf "http://127.0.0.1:${PORT}/health"; echo
 # inside them that need such a tool; any other failing check fails the run.
 for scenario in server-initialize ping tools-list resources-list prompts-list \
     dns-rebinding-protection server-stateless caching http-header-validation \
-    sep-2164-resource-not-found; do
+    sep-2164-resource-not-found input-required-result-unsupported-methods; do
   out=$(conformance server --url "$URL" --scenario "$scenario" \
     --expected-failures .ci/conformance-baseline.yml 2>&1) || {
     echo "$out"; echo "conformance: $scenario failed"; exit 1; }
