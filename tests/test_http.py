@@ -259,14 +259,7 @@ async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.As
     """--workers 2: two worker processes, each serving with the parent's settings (the DSN from
     the command line and the tokens from the environment included)."""
     with serve(demo_dsn, "--workers", "2", MCP_AUTH_TOKENS=TOKEN) as running:
-        workers: list[psutil.Process] = []
-        for _ in range(50):
-            children = psutil.Process(running.proc.pid).children()
-            workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
-            if len(workers) >= 2:
-                break
-            time.sleep(0.1)
-        assert len(workers) == 2
+        assert len(_workers_of(running)) == 2
         anonymous = await http.post(running.mcp, json=init("2025-11-25"), headers=HEADERS)
         assert anonymous.status_code == 401
         auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -277,6 +270,52 @@ async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.As
             for _ in range(6):
                 out = await call(client, "execute_query", sql="SELECT count(*) AS n FROM users")
                 assert out["rows"][0]["n"] > 0
+
+
+def _workers_of(running: Running) -> list[psutil.Process]:
+    workers: list[psutil.Process] = []
+    for _ in range(100):
+        children = psutil.Process(running.proc.pid).children()
+        workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+        if len(workers) >= 2:
+            break
+        time.sleep(0.1)
+    return workers
+
+
+def test_workers_share_a_burst_of_connections(demo_dsn: str) -> None:
+    """Each worker listens on a socket of its own (SO_REUSEPORT), so connections opened all at
+    once are spread over the workers; with one shared socket the first worker to wake took
+    them all. Stopping the server stops every worker."""
+    with serve(demo_dsn, "--workers", "2") as running:
+        workers = _workers_of(running)
+        assert len(workers) == 2
+        port = int(running.base.rsplit(":", 1)[1])
+        for _ in range(40):  # both workers listening
+            listening = [
+                w for w in workers
+                if any(c.status == "LISTEN" and c.laddr.port == port for c in w.net_connections())
+            ]  # fmt: skip
+            if len(listening) == 2:
+                break
+            time.sleep(0.25)
+        burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(24)]
+        try:
+            time.sleep(0.5)
+            held = [
+                sum(
+                    1
+                    for c in w.net_connections()
+                    if c.status == "ESTABLISHED" and c.laddr.port == port
+                )
+                for w in workers
+            ]
+            assert sum(held) == 24 and min(held) >= 3, held
+        finally:
+            for sock in burst:
+                sock.close()
+    for worker in workers:
+        assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
 
 
 async def test_concurrency_limit_answers_503(demo_dsn: str, http: httpx.AsyncClient) -> None:

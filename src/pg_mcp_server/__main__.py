@@ -186,6 +186,7 @@ def run(settings: Settings) -> None:
         return
     import uvicorn
 
+    from pg_mcp_server import workers
     from pg_mcp_server.gateway import WORKER_SETTINGS, WORKER_WARNINGS, http_app, worker_app
 
     srv = settings.server
@@ -210,6 +211,13 @@ def run(settings: Settings) -> None:
     # (CLI, environment, .env, a --demo DSN), which they inherit through the environment.
     os.environ[WORKER_SETTINGS] = settings.to_json()
     os.environ[WORKER_WARNINGS] = json.dumps(role_warnings)
+    if workers.available():  # one listening socket per worker (see workers.py)
+        options = {k: common[k] for k in ("log_level", "log_config")}
+        try:
+            workers.serve(srv.workers, srv.host, srv.port, options)
+        except workers.WorkerStartFailed as exc:
+            raise RefusedToStart(f"{exc} (see the log above)") from None
+        return
     target = f"{worker_app.__module__}:{worker_app.__name__}"
     uvicorn.run(target, factory=True, workers=srv.workers, **common)
 
