@@ -67,7 +67,7 @@ def _free_port(host: str) -> int:
 
 
 def serve(workers: int, host: str, port: int, uvicorn_options: dict[str, Any]) -> None:
-    """Run `workers` worker processes until SIGINT or SIGTERM, then stop them all."""
+    """Run `workers` worker processes until SIGINT, SIGTERM or SIGHUP, then stop them all."""
     if port == 0:
         port = _free_port(host)
     spawn = multiprocessing.get_context("spawn")
@@ -77,7 +77,9 @@ def serve(workers: int, host: str, port: int, uvicorn_options: dict[str, Any]) -
         nonlocal stopping
         stopping = True
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too: left at its default it would end this process and orphan the workers.
+    signals = [signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)]
+    previous = {sig: signal.signal(sig, stop) for sig in signals if sig is not None}
 
     def start() -> tuple[multiprocessing.process.BaseProcess, float]:
         process = spawn.Process(target=_worker, args=(host, port, uvicorn_options))
