@@ -65,7 +65,7 @@ from contextlib import AsyncExitStack, ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import psutil
@@ -279,11 +279,24 @@ class Load:
             self.first_error = what
 
 
-async def drive(
-    port: int, spec: Spec, conns: list[HttpConnection], seconds: float, max_calls: int
+T = TypeVar("T")
+
+
+class CallFailed(Exception):
+    """A call that got no answer at all (transport error, timeout)."""
+
+
+async def run_load(
+    slots: int,
+    call: Callable[[int], Awaitable[T]],
+    problem: Callable[[T], str | None],
+    sample: Callable[[T], str | None],
+    seconds: float,
+    max_calls: int,
 ) -> Load:
-    """Each connection sends calls back to back until `seconds` or `max_calls` is reached."""
-    payload = request_bytes(port, spec)
+    """`slots` callers make calls back to back until `seconds` or `max_calls` is reached.
+    `call(slot)` makes one (raising CallFailed when nothing came back), `problem` checks
+    every answer quickly, `sample` checks every SAMPLE_EVERY-th good one in full."""
     load = Load()
     started = 0
     start = time.perf_counter()
@@ -294,30 +307,58 @@ async def drive(
         good = 0
         while started < max_calls and time.perf_counter() < deadline:
             started += 1
-            conn = conns[slot]
             t0 = time.perf_counter_ns()
             try:
-                if conn.transport is None:
-                    conn = conns[slot] = await connect(port)
-                status, body = await asyncio.wait_for(conn.request(payload), REQUEST_TIMEOUT_S)
-            except (OSError, TimeoutError) as exc:
+                answer = await call(slot)
+            except CallFailed as exc:
                 load.calls += 1
-                load.error(f"{type(exc).__name__}: {exc}")
-                conn.close()
+                load.error(str(exc))
                 await asyncio.sleep(0.01)
                 continue
             load.latencies.append((time.perf_counter_ns() - t0) / 1e6)
             load.calls += 1
-            load.answer_bytes = len(body)
-            if status != 200 or not body.startswith(RESULT_PREFIX) or b'"isError":true' in body:
-                load.error(f"HTTP {status}: {body[:300]!r}")
+            if wrong := problem(answer):
+                load.error(wrong)
                 continue
             good += 1
-            if good % SAMPLE_EVERY == 1 and (problem := full_check(spec, body)):
-                load.error(problem)
+            if good % SAMPLE_EVERY == 1 and (wrong := sample(answer)):
+                load.error(wrong)
 
-    await asyncio.gather(*(caller(i) for i in range(len(conns))))
+    await asyncio.gather(*(caller(i) for i in range(slots)))
     load.elapsed_s = time.perf_counter() - start
+    return load
+
+
+async def drive(
+    port: int, spec: Spec, conns: list[HttpConnection], seconds: float, max_calls: int
+) -> Load:
+    """The raw client: each connection sends the prebuilt request back to back."""
+    payload = request_bytes(port, spec)
+    answer_bytes = 0
+
+    async def call(slot: int) -> tuple[int, bytes]:
+        nonlocal answer_bytes
+        conn = conns[slot]
+        try:
+            if conn.transport is None:
+                conn = conns[slot] = await connect(port)
+            status, body = await asyncio.wait_for(conn.request(payload), REQUEST_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            conn.close()
+            raise CallFailed(f"{type(exc).__name__}: {exc}") from None
+        answer_bytes = len(body)
+        return status, body
+
+    def problem(answer: tuple[int, bytes]) -> str | None:
+        status, body = answer
+        if status != 200 or not body.startswith(RESULT_PREFIX) or b'"isError":true' in body:
+            return f"HTTP {status}: {body[:300]!r}"
+        return None
+
+    load = await run_load(
+        len(conns), call, problem, lambda a: full_check(spec, a[1]), seconds, max_calls
+    )
+    load.answer_bytes = answer_bytes
     return load
 
 
@@ -350,39 +391,22 @@ def sdk_problem(spec: Spec, result: CallToolResult) -> str | None:
 
 
 async def drive_sdk(spec: Spec, clients: list[Client], seconds: float, max_calls: int) -> Load:
-    """Each session calls `call_tool` back to back until `seconds` or `max_calls` is reached."""
-    load = Load()
-    started = 0
-    start = time.perf_counter()
-    deadline = start + seconds
+    """The SDK's client: each session calls `call_tool` back to back."""
 
-    async def caller(client: Client) -> None:
-        nonlocal started
-        good = 0
-        while started < max_calls and time.perf_counter() < deadline:
-            started += 1
-            t0 = time.perf_counter_ns()
-            try:
-                result = await asyncio.wait_for(
-                    client.call_tool(spec.tool, spec.arguments), REQUEST_TIMEOUT_S
-                )
-            except Exception as exc:  # any failure of the call is an error of the run
-                load.calls += 1
-                load.error(f"{type(exc).__name__}: {str(exc)[:300]}")
-                await asyncio.sleep(0.01)
-                continue
-            load.latencies.append((time.perf_counter_ns() - t0) / 1e6)
-            load.calls += 1
-            if result.is_error:
-                load.error(sdk_problem(spec, result) or "isError")
-                continue
-            good += 1
-            if good % SAMPLE_EVERY == 1 and (problem := sdk_problem(spec, result)):
-                load.error(problem)
+    async def call(slot: int) -> CallToolResult:
+        try:
+            return await asyncio.wait_for(
+                clients[slot].call_tool(spec.tool, spec.arguments), REQUEST_TIMEOUT_S
+            )
+        except Exception as exc:  # any failure of the call is an error of the run
+            raise CallFailed(f"{type(exc).__name__}: {str(exc)[:300]}") from None
 
-    await asyncio.gather(*(caller(c) for c in clients))
-    load.elapsed_s = time.perf_counter() - start
-    return load
+    def problem(result: CallToolResult) -> str | None:
+        return (sdk_problem(spec, result) or "isError") if result.is_error else None
+
+    return await run_load(
+        len(clients), call, problem, lambda r: sdk_problem(spec, r), seconds, max_calls
+    )
 
 
 # --- CPU accounting ----------------------------------------------------------------------------

@@ -136,10 +136,13 @@ SERVER_RUN = """pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_tim
     || '@' || (SELECT d.oid FROM pg_catalog.pg_database d
                WHERE d.datname = pg_catalog.current_database())::text"""
 
-# When two describe_table answers are the same: the same server run, the same committed
-# transactions (equal snapshots see the same catalog rows), and the same settings that shape
-# deparsed text (pg_get_expr, pg_get_indexdef, pg_get_viewdef, format_type).
-_DESCRIBE_TOKEN = f"""pg_catalog.txid_current_snapshot()::text || '/' || {SERVER_RUN} || '/'
+# The statement's snapshot in this server run: two statements that report the same one see
+# the same committed transactions, hence the same catalog rows.
+SNAPSHOT = f"pg_catalog.txid_current_snapshot()::text || '/' || {SERVER_RUN}"
+
+# When two describe_table answers are the same: the same snapshot, and the same settings that
+# shape deparsed text (pg_get_expr, pg_get_indexdef, pg_get_viewdef, format_type).
+_DESCRIBE_TOKEN = f"""{SNAPSHOT} || '/'
     || pg_catalog.concat_ws('/', pg_catalog.current_setting('search_path'),
         pg_catalog.current_setting('TimeZone'), pg_catalog.current_setting('DateStyle'),
         pg_catalog.current_setting('IntervalStyle'),

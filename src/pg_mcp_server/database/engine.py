@@ -175,7 +175,7 @@ class Database:
         """Check out a connection whose `BEGIN READ ONLY` goes out with its first statement
         (see `fetch_page`)."""
         sa_conn, conn = await self._checkout()
-        _pending_begin[conn] = ms
+        _deferred[conn] = ms
         return sa_conn, conn
 
     @asynccontextmanager
@@ -234,7 +234,6 @@ class Database:
                 raise ConnectionLostError(mapped.message) from None
             raise mapped from None
         finally:
-            _pending_begin.pop(conn, None)
             if backends is not None:
                 backends.discard(pid)
             self._release(sa_conn, conn)
@@ -274,11 +273,11 @@ class Database:
         await self.engine.dispose()
 
 
-# Connections checked out by `read_only(deferred=True)` whose BEGIN is still to be sent.
-# The value is the transaction's statement timeout (ms).
-_pending_begin: weakref.WeakKeyDictionary[asyncpg.Connection, int] = weakref.WeakKeyDictionary()
-# Connections whose BEGIN went out with a statement: _end rolls them back whatever the status.
-_begin_sent: weakref.WeakKeyDictionary[asyncpg.Connection, bool] = weakref.WeakKeyDictionary()
+# Connections checked out by `read_only(deferred=True)`, until _end: the transaction's statement
+# timeout (ms) while the BEGIN is still to be sent, then _SENT once fetch_page has sent it
+# (_end then rolls back whatever the transaction status says).
+_deferred: weakref.WeakKeyDictionary[asyncpg.Connection, int] = weakref.WeakKeyDictionary()
+_SENT = -1
 
 
 def _utility_messages(sql: str) -> bytes:
@@ -315,22 +314,31 @@ async def fetch_page(
     the BEGIN takes its own round trip first. (`_checkout` never hands out a session inside
     a transaction, so the BEGIN always opens a new one.)
     """
-    ms = _pending_begin.pop(conn, None)
-    if ms is None:
-        records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
-        return records
-    state = stmt._state
-    if not (state.name and state.prepared and not conn._protocol._is_cancelling()):
+    ms = _deferred.get(conn, _SENT)  # connections from read_only() have no BEGIN pending
+    if ms != _SENT:
+        _deferred[conn] = _SENT
+        state = stmt._state
+        if state.name and state.prepared and not conn._protocol._is_cancelling():
+            return await _begin_and_fetch(conn, stmt, args, n, ms)
         # A simple Query drops the unnamed statement: have asyncpg Parse it again after.
         state.mark_unprepared()
         await conn.execute(_BEGIN.format(ms=ms))
-        records = await stmt._PreparedStatement__bind_execute(args, n, None)
-        return records
+    records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
+    return records
+
+
+async def _begin_and_fetch(
+    conn: asyncpg.Connection,
+    stmt: asyncpg.prepared_stmt.PreparedStatement,
+    args: list[Any],
+    n: int,
+    ms: int,
+) -> list[asyncpg.Record]:
+    """fetch_page's one-flight path: our BEGIN messages, then asyncpg's Bind/Execute/Sync."""
     sent = conn._protocol.queries_count  # counts the Bind/Execute/Sync asyncpg has written
     conn._transport.write(_begin_messages(ms))
-    _begin_sent[conn] = True
     try:
-        records = await stmt._PreparedStatement__bind_execute(args, n, None)
+        records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
     except BaseException:
         if conn._protocol.queries_count == sent:
             # asyncpg refused before writing anything (a value that does not encode, say):
@@ -366,7 +374,7 @@ async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, reset: str) -
             # A cancelled statement's answer must be in before the transaction status is read
             # (the BEGIN sent with a statement is only seen as open once its Sync is answered).
             await conn._protocol._wait_for_cancellation()
-            began = _begin_sent.pop(conn, False)
+            began = _deferred.pop(conn, None) == _SENT
             rollback = "ROLLBACK; " if began or conn.is_in_transaction() else ""
             await conn.execute(rollback + reset)
             await sa_conn.close()

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
-from pg_mcp_server.database.catalog import FK_ACTION, SERVER_RUN
+from pg_mcp_server.database.catalog import FK_ACTION, SERVER_RUN, SNAPSHOT
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""
@@ -102,8 +102,7 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
 # always computed.) Each CASE branch holds its subqueries, which PostgreSQL runs only when the
 # branch is taken.
 GRAPH = f"""
-WITH now AS MATERIALIZED (
-  SELECT pg_catalog.txid_current_snapshot()::text || '/' || {SERVER_RUN} AS snapshot),
+WITH now AS MATERIALIZED (SELECT {SNAPSHOT} AS snapshot),
 fp AS MATERIALIZED (
   SELECT CASE WHEN now.snapshot IS DISTINCT FROM $1 OR pg_catalog.pg_is_in_recovery()
               THEN {SERVER_RUN} || '/' || {_FINGERPRINT} END AS fingerprint
