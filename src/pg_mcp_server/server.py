@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import (
+    CallToolResult,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    GetPromptResult,
+    InputRequiredResult,
+    Prompt,
+    PromptReference,
+    Resource,
+    ResourceTemplate,
+    ResourceTemplateReference,
+)
+from pydantic import AnyUrl
 
-from pg_mcp_server.app import AppContext
+from pg_mcp_server.app import AppContext, app_context
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.primitives.prompts import builtin_prompts
+from pg_mcp_server.primitives.registry import Primitives, Request
+from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
 from pg_mcp_server.tools.query_tools import query_tools
 from pg_mcp_server.tools.registry import PgTool
 from pg_mcp_server.tools.relationship_tools import relationship_tools
@@ -29,7 +50,10 @@ INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database.
    `params`, never inline them); explain_query shows the plan and warns about slow spots.
    Anything that writes, locks or changes settings is refused.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
-(for example TABLE_NOT_FOUND with the closest names): follow the suggestion."""
+(for example TABLE_NOT_FOUND with the closest names): follow the suggestion.
+Resources (pg://system_info, pg://settings, pg://stat/activity, pg://schemas/{schema}/tables/
+{table}) and prompts (explore-database, analyze-table, write-query, generate-report, find-data)
+give the same answers and walk through these steps."""
 
 
 def _version() -> str:
@@ -42,6 +66,91 @@ def _version() -> str:
 def all_tools(settings: Settings) -> list[PgTool]:
     schema = settings.database.default_schema
     return [*schema_tools(schema), *relationship_tools(schema), *query_tools()]
+
+
+def all_primitives(settings: Settings) -> Primitives:
+    return Primitives(
+        builtin_resources(),
+        builtin_templates(),
+        builtin_prompts(),
+        default_schema=settings.database.default_schema,
+    )
+
+
+# The lifespan's AppContext for the completion/complete being served: the SDK calls that
+# handler without a request context. Set by PgMcpServer._middleware.
+_serving: ContextVar[AppContext] = ContextVar("serving")
+
+
+class PgMcpServer(MCPServer[AppContext]):
+    """The SDK's server, serving resources, templates, prompts and completions from one
+    `Primitives` (built-in now, YAML-defined later). The SDK's own resource and prompt
+    managers are not used: a static resource gets no request context there (so no database),
+    and an unknown prompt becomes an unbounded error message with a logged traceback."""
+
+    def __init__(self, primitives: Primitives, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.primitives = primitives
+        self.middleware.append(self._middleware)
+        self.completion()(self._complete)  # type: ignore[no-untyped-call]  # SDK: untyped
+
+    async def _middleware(
+        self, ctx: ServerRequestContext[AppContext, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Runs before the SDK validates a request's params."""
+        if ctx.method == "prompts/get":
+            # A non-string argument would get the SDK's bare "Invalid request parameters".
+            self.primitives.check_prompt_request(ctx.params)
+        if ctx.method != "completion/complete":
+            return await call_next(ctx)
+        token = _serving.set(ctx.lifespan_context)
+        try:
+            return await call_next(ctx)
+        finally:
+            _serving.reset(token)
+
+    def _request(self, context: Context[AppContext, Any] | None) -> Request:
+        assert context is not None, "resources and prompts are served within a request"
+
+        async def call_tool(name: str, arguments: dict[str, Any]) -> CallToolResult:
+            result = await self.call_tool(name, arguments, context)
+            assert isinstance(result, CallToolResult)
+            return result
+
+        return Request(app=app_context(context), call_tool=call_tool)
+
+    async def list_resources(self) -> list[Resource]:
+        return self.primitives.resource_list()
+
+    async def list_resource_templates(self) -> list[ResourceTemplate]:
+        return self.primitives.template_list()
+
+    async def list_prompts(self) -> list[Prompt]:
+        return self.primitives.prompt_list()
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[AppContext, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        return await self.primitives.read(str(uri), self._request(context))
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[AppContext, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        return await self.primitives.get_prompt(name, arguments, self._request(context))
+
+    async def _complete(
+        self,
+        ref: PromptReference | ResourceTemplateReference,
+        argument: CompletionArgument,
+        context: CompletionContext | None,
+    ) -> Completion:
+        given = (context.arguments if context else None) or {}
+        return await self.primitives.complete(
+            ref, argument.name, argument.value, given, _serving.get()
+        )
 
 
 def instructions(role_warnings: list[str]) -> str:
@@ -57,7 +166,7 @@ def instructions(role_warnings: list[str]) -> str:
 
 def build_server(
     settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
-) -> MCPServer[AppContext]:
+) -> PgMcpServer:
     """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
     /health); its owner disposes it. Otherwise the lifespan opens and disposes its own."""
 
@@ -79,7 +188,8 @@ def build_server(
             if db is None:
                 await database.dispose()
 
-    return MCPServer(
+    return PgMcpServer(
+        all_primitives(settings),
         name="pg-mcp-server",
         title="PostgreSQL MCP server",
         version=_version(),
