@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.shared.exceptions import MCPError
@@ -44,7 +44,14 @@ from mcp_types import ResourceTemplate as McpResourceTemplate
 
 from pg_mcp_server.app import AppContext
 from pg_mcp_server.database import names
-from pg_mcp_server.errors import InternalError, ParameterError, PgMcpError, closest, did_you_mean
+from pg_mcp_server.errors import (
+    ConnectionLostError,
+    InternalError,
+    ParameterError,
+    PgMcpError,
+    closest,
+    did_you_mean,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +61,7 @@ JSON = "application/json"
 # PRD codes that mean "what you asked for is not there / not valid": the caller's mistake.
 _CALLER_CODES = {"SCHEMA_NOT_FOUND", "TABLE_NOT_FOUND", "COLUMN_NOT_FOUND", "PARAMETER_ERROR"}
 
+T = TypeVar("T")
 Kind = Literal["schema", "table", "text"]
 Content = str | dict[str, Any] | list[Any]
 
@@ -218,10 +226,12 @@ class Primitives:
         with _answered("resource", {"uri": clip(uri)}):
             fixed = self.resources.get(uri)
             if fixed is not None:
-                content, mime_type = await fixed.read(request), fixed.mime_type
+                content = await _again_if_lost(lambda: fixed.read(request))
+                mime_type = fixed.mime_type
             else:
                 template, values = self._match(uri)
-                content, mime_type = await template.read(request, values), template.mime_type
+                content = await _again_if_lost(lambda: template.read(request, values))
+                mime_type = template.mime_type
         return [ReadResourceContents(content=_text(content), mime_type=mime_type)]
 
     async def get_prompt(
@@ -232,7 +242,7 @@ class Primitives:
             if prompt is None:
                 raise _not_found("prompt", name, list(self.prompts), "prompts/list")
             values = _arguments(prompt.arguments, dict(arguments or {}))
-            messages = await prompt.render(request, values)
+            messages = await _again_if_lost(lambda: prompt.render(request, values))
         return GetPromptResult(description=prompt.description, messages=messages)
 
     def check_prompt_request(self, params: Mapping[str, Any] | None) -> None:
@@ -260,12 +270,15 @@ class Primitives:
             arg = self._completed_argument(ref, argument)
             if arg.kind == "text":
                 return Completion(values=[], total=0, has_more=False)
-            async with app.db.catalog() as conn:
-                if arg.kind == "schema":
-                    found = await names.schema_names(conn, value)
-                else:
-                    schema = context.get(arg.schema_argument) or self.default_schema
-                    found = await names.table_names(conn, schema, value)
+            schema = context.get(arg.schema_argument) or self.default_schema
+
+            async def lookup() -> names.Names:
+                async with app.db.catalog() as conn:
+                    if arg.kind == "schema":
+                        return await names.schema_names(conn, value)
+                    return await names.table_names(conn, schema, value)
+
+            found = await _again_if_lost(lookup)
             return Completion(values=found.values, total=found.total, has_more=found.has_more)
 
     def _match(self, uri: str) -> tuple[TemplateDef, dict[str, str]]:
@@ -300,6 +313,16 @@ class Primitives:
             if arg.name == argument:
                 return arg
         raise _bad(argument, f"is not one of {[a.name for a in declared]}")
+
+
+async def _again_if_lost(work: Callable[[], Awaitable[T]]) -> T:
+    """`work()`, run once more if a pooled connection turned out dead (a server restart, a
+    terminated backend): it is out of the pool now, and all of this only reads (PgTool does
+    the same for tools)."""
+    try:
+        return await work()
+    except ConnectionLostError:
+        return await work()
 
 
 def _unique(items: list[Any], key: Callable[[Any], str], what: str) -> dict[str, Any]:
