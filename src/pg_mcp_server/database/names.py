@@ -1,27 +1,30 @@
 """Schema and table names for completions (by prefix, case-insensitive) and prompts.
 
 A completion runs on every keystroke, so a table completion is one statement that reads
-pg_class through its (relname, relnamespace) index instead of scanning it: that index is in
-C order, so a prefix is a key range, and a case-insensitive prefix is the union of the ranges
-of its case variants. Varying the first CASED_CHARS letters gives at most RANGES ranges; a
-longer prefix is then checked in full with ILIKE on the few names those ranges hold. Each
-range is its own index scan stopping after COUNT_CAP + 1 names, so a prefix that matches
-10,000 tables costs about as much as one that matches 1,000 (see bench/bench_primitives.py).
+pg_class through its (relname, relnamespace) index instead of scanning it (a scan costs ~10 ms
+at 10,000 tables, more on a busy machine): that index is in C order, so a prefix is a key
+range, and a case-insensitive prefix is the union of the ranges of its case variants. Varying
+the first CASED_CHARS letters gives at most RANGES ranges (each range is planned, so fewer is
+cheaper); the rest of a longer prefix is checked with ILIKE on the names those ranges hold
+(in the database's collation: a name's own, "C", folds only ASCII letters).
+Each range is an ordered index scan that stops after MAX_VALUES + 1 names, so a prefix
+matching 10,000 tables costs what one matching 101 does; the price is that `total` is given
+only when every match fits in the answer (see bench/bench_primitives.py).
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
 from pg_mcp_server.database import catalog
 
 MAX_VALUES = 100  # names a completion returns (the protocol's limit)
-COUNT_CAP = 1000  # matches counted exactly; beyond this `total` is unknown
 NAME_BYTES = 63  # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes
-CASED_CHARS = 3
+CASED_CHARS = 2
 RANGES = 2**CASED_CHARS
 _TOP = "\U0010ffff"  # sorts after every other character in C order
 
@@ -30,15 +33,15 @@ _RANGE = f"""(SELECT c.relname FROM pg_catalog.pg_class c
      WHERE c.relname >= ${{lo}}::name AND c.relname < ${{hi}}::name
        AND c.relnamespace = (SELECT ns.oid FROM ns)
        AND c.relkind IN {_RELKINDS} AND NOT c.relispartition
-       AND ($2::text IS NULL OR c.relname::text ILIKE $2)
+       AND ($2::text IS NULL OR c.relname::text COLLATE "default" ILIKE $2)
      ORDER BY c.relname LIMIT $3)"""
-# $1 schema, $2 ILIKE pattern or NULL, $3 COUNT_CAP + 1, $4.. the ranges' bounds ('' to ''
+# $1 schema, $2 ILIKE pattern or NULL, $3 MAX_VALUES + 1, $4.. the ranges' bounds ('' to ''
 # for an unused one). The ranges are separate branches rather than an unnested array so the
-# planner sees each range's bounds and picks the ordered index scan that stops early.
+# planner sees each range's bounds (and so its size) and picks the index scan that stops early.
 TABLE_NAMES = f"""
 WITH ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
 hits AS ({" UNION ALL ".join(_RANGE.format(lo=4 + 2 * i, hi=5 + 2 * i) for i in range(RANGES))})
-SELECT (SELECT pg_catalog.count(*) FROM hits)::int AS total,
+SELECT (SELECT pg_catalog.count(*) FROM hits)::int AS found,
        ARRAY(SELECT h.relname::text FROM hits h ORDER BY h.relname LIMIT {MAX_VALUES}) AS names
 FROM ns
 """
@@ -48,7 +51,7 @@ SCHEMA_NAMES = f"""
 SELECT pg_catalog.count(*)::int AS total,
        (pg_catalog.array_agg(n.nspname::text ORDER BY n.nspname))[1:{MAX_VALUES}] AS names
 FROM pg_catalog.pg_namespace n
-WHERE n.nspname::text ILIKE $1
+WHERE n.nspname::text COLLATE "default" ILIKE $1
   AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
   AND (n.nspname !~ '^pg_' AND n.nspname <> 'information_schema' OR pg_catalog.length($2) >= 2)
 """
@@ -64,7 +67,7 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
 @dataclass(frozen=True)
 class Names:
     values: list[str]
-    total: int | None  # None when more than COUNT_CAP match
+    total: int | None  # None when there are more than MAX_VALUES
     has_more: bool
 
 
@@ -105,6 +108,13 @@ def prefix_ranges(prefix: str) -> tuple[list[tuple[str, str]], str | None]:
     return ranges, (like_prefix(prefix) if head != prefix else None)
 
 
+def table_name_binds(schema: str, prefix: str) -> list[Any]:
+    """TABLE_NAMES's parameters."""
+    ranges, pattern = prefix_ranges(prefix)
+    bounds = [b for r in ranges + [("", "")] * (RANGES - len(ranges)) for b in r]
+    return [schema, pattern, MAX_VALUES + 1, *bounds]
+
+
 def _too_long(prefix: str) -> bool:
     return len(prefix.encode()) > NAME_BYTES or "\0" in prefix
 
@@ -114,14 +124,13 @@ async def table_names(conn: asyncpg.Connection, schema: str, prefix: str) -> Nam
     does) whose names start with `prefix`, ignoring case, in name order."""
     if _too_long(prefix) or _too_long(schema):
         return Names([], 0, False)
-    ranges, pattern = prefix_ranges(prefix)
-    bounds = [b for r in ranges + [("", "")] * (RANGES - len(ranges)) for b in r]
-    row = await conn.fetchrow(TABLE_NAMES, schema, pattern, COUNT_CAP + 1, *bounds)
+    row = await conn.fetchrow(TABLE_NAMES, *table_name_binds(schema, prefix))
     if row is None:  # no such schema
         return Names([], 0, False)
-    total: int = row["total"]
+    found: int = row["found"]
     names: list[str] = row["names"]
-    return Names(names, total if total <= COUNT_CAP else None, total > len(names))
+    more = found > MAX_VALUES
+    return Names(names, None if more else found, more)
 
 
 async def schema_names(conn: asyncpg.Connection, prefix: str) -> Names:

@@ -93,9 +93,11 @@ FROM pg_catalog.pg_settings s
 WHERE $1 OR s.source NOT IN ('default', 'override') OR s.name = ANY($2::text[])
 """
 
-# Durations in seconds at the statement's start; the query text is cut at QUERY_CHARS.
+# Durations in seconds up to the moment of reading (not now(), the transaction's start, which
+# for this session comes before its own query_start); the query text is cut at QUERY_CHARS,
+# and this statement's own text is left out.
 QUERY_CHARS = 1000
-_SECONDS = "pg_catalog.round(pg_catalog.date_part('epoch', pg_catalog.now() - a.{})::numeric, 3)"
+_SECONDS = "pg_catalog.round(pg_catalog.date_part('epoch', t.now - a.{})::numeric, 3)"
 ACTIVITY = f"""
 SELECT pg_catalog.json_build_object(
     'count', pg_catalog.count(*),
@@ -114,9 +116,10 @@ SELECT pg_catalog.json_build_object(
         'transaction_seconds', {_SECONDS.format("xact_start")},
         'query_seconds', CASE WHEN a.state = 'active' THEN {_SECONDS.format("query_start")} END,
         'state_seconds', {_SECONDS.format("state_change")},
-        'query', pg_catalog.left(a.query, {QUERY_CHARS}))
+        'query', CASE WHEN a.pid = pg_catalog.pg_backend_pid() THEN '(reading pg://stat/activity)'
+            ELSE pg_catalog.left(a.query, {QUERY_CHARS}) END)
         ORDER BY a.backend_type <> 'client backend', a.backend_type, a.pid), '[]'))
-FROM pg_catalog.pg_stat_activity a
+FROM pg_catalog.pg_stat_activity a, (SELECT pg_catalog.clock_timestamp() AS now) t
 """
 
 # On a standby "current" is the last replayed position, on a primary the current write position.
