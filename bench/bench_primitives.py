@@ -85,10 +85,12 @@ async def over_stdio(
     server's whole cost plus the same pipe for each, without a client SDK (whose validation of
     tool results against their output schema would weigh on one side only)."""
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).parent / "pg-mcp-server"), "--dsn", dsn, "--log-level", "ERROR",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        str(Path(sys.executable).parent / "pg-mcp-server"),
+        *("--dsn", dsn, "--log-level", "ERROR"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     stdin, stdout = proc.stdin, proc.stdout
     assert stdin and stdout
     ids = iter(range(1, 1_000_000))
@@ -212,9 +214,11 @@ async def run(dsn: str) -> None:
                 start = time.perf_counter_ns()
                 await conn.fetch(SCAN, "big", names.like_prefix(prefix))
                 scan[prefix].append(ms_since(start))
-        print("| prefix | matches | values / total / hasMore | in-process completion "
-              "median / p95 | the statement alone | its pg_class scans (EXPLAIN ANALYZE) "
-              "| a plain scan of pg_class instead |")  # fmt: skip
+        print(
+            "| prefix | matches | values / total / hasMore | in-process completion "
+            "median / p95 | the statement alone | its pg_class scans (EXPLAIN ANALYZE) "
+            "| a plain scan of pg_class instead |"
+        )
         print("|---|---|---|---|---|---|---|")
         for prefix, matches in PREFIXES:
             c = answers[prefix]

@@ -76,7 +76,7 @@ async def test_lists_stay_small_and_capabilities_say_so(demo_dsn: str) -> None:
         caps = client.server_capabilities
         assert caps.resources and caps.prompts and caps.completions
         assert client.instructions and "pg://system_info" in client.instructions
-        assert "analyze-table" in client.instructions
+        assert "prompts" in client.instructions
         listed = await client.list_resources()
         assert {r.uri for r in listed.resources} == FIXED
         assert all(r.description and r.mime_type == "application/json" for r in listed.resources)
@@ -325,10 +325,12 @@ async def test_replication_shows_replicas_and_slots(pg: PgServer, scratch_dsn: s
 
 async def test_schema_resources_are_the_tools_answers(datasets: dict[str, str]) -> None:
     dsn = datasets["pagila"]
-    tables = [r["relname"] for r in await fetch(
-        dsn, "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace "
+    rows = await fetch(
+        dsn,
+        "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace "
         "AND relkind IN ('r', 'p', 'v', 'm') AND NOT relispartition ORDER BY relname",
-    )]  # fmt: skip
+    )
+    tables = [r["relname"] for r in rows]
     async with connect(dsn) as client:
         assert await read(client, "pg://schemas") == await call(client, "list_schemas")
         assert await read(client, "pg://schemas/public/tables") == await call(

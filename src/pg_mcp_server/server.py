@@ -51,9 +51,8 @@ INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database.
    Anything that writes, locks or changes settings is refused.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
 (for example TABLE_NOT_FOUND with the closest names): follow the suggestion.
-Resources (pg://system_info, pg://settings, pg://stat/activity, pg://schemas/{schema}/tables/
-{table}) and prompts (explore-database, analyze-table, write-query, generate-report, find-data)
-give the same answers and walk through these steps."""
+Clients may also attach resources (pg://system_info, pg://settings, pg://stat/activity,
+pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps."""
 
 
 def _version() -> str:

@@ -193,32 +193,40 @@ class Primitives:
     def resource_list(self) -> list[McpResource]:
         return [
             McpResource(
-                uri=r.uri, name=r.name, title=r.title, description=r.description,
+                uri=r.uri,
+                name=r.name,
+                title=r.title,
+                description=r.description,
                 mime_type=r.mime_type,
             )
             for r in self.resources.values()
-        ]  # fmt: skip
+        ]
 
     def template_list(self) -> list[McpResourceTemplate]:
         return [
             McpResourceTemplate(
-                uri_template=t.uri_template, name=t.name, title=t.title,
-                description=t.description, mime_type=t.mime_type,
+                uri_template=t.uri_template,
+                name=t.name,
+                title=t.title,
+                description=t.description,
+                mime_type=t.mime_type,
             )
             for t in self.templates.values()
-        ]  # fmt: skip
+        ]
 
     def prompt_list(self) -> list[McpPrompt]:
         return [
             McpPrompt(
-                name=p.name, title=p.title, description=p.description,
+                name=p.name,
+                title=p.title,
+                description=p.description,
                 arguments=[
                     McpPromptArgument(name=a.name, description=a.description, required=a.required)
                     for a in p.arguments
                 ],
             )
             for p in self.prompts.values()
-        ]  # fmt: skip
+        ]
 
     # --- resources/read, prompts/get, completion/complete
 
