@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp_types import PromptMessage, TextContent
@@ -23,6 +24,8 @@ from pg_mcp_server.primitives.registry import Argument, PromptDef, Request
 
 SCHEMA = Argument("schema", "Schema of the table (default: the server's default schema)", "schema")
 TABLE = Argument("table", "Table or view to analyze, exactly as stored", "table", True)
+
+Render = Callable[[Request, dict[str, str]], Awaitable[list[PromptMessage]]]
 
 # Line and paragraph separators, controls, format characters (bidirectional overrides,
 # zero-width joiners) and the like: what could make quoted text look like more than one line,
@@ -128,50 +131,49 @@ async def _analyze(request: Request, args: dict[str, str]) -> list[PromptMessage
     )
 
 
-async def _write_query(request: Request, args: dict[str, str]) -> list[PromptMessage]:
-    return _user(
-        "Write and run one read-only SQL query that answers the question below, with the "
-        "pg-mcp-server tools, in this order:\n"
-        "1. list_schemas and list_tables (name_pattern helps in big schemas): find the "
-        "tables the question is about.\n"
-        "2. describe_table on each: exact column names and types, enum values.\n"
-        "3. find_join_path between them: the JOIN clause to use.\n"
-        "4. get_sample_rows if value formats matter (dates, codes, letter case).\n"
-        "5. explain_query on the query if the tables are large; then execute_query, with "
-        "every value passed as a $1, $2 parameter, never written into the SQL.\n"
-        "Answer in plain words, and show the SQL you ran.\n\n"
-        + user_text("question", args["question"])
-    )
+WRITE_QUERY = (
+    "Write and run one read-only SQL query that answers the question below, with the "
+    "pg-mcp-server tools, in this order:\n"
+    "1. list_schemas and list_tables (name_pattern helps in big schemas): find the tables "
+    "the question is about.\n"
+    "2. describe_table on each: exact column names and types, enum values.\n"
+    "3. find_join_path between them: the JOIN clause to use.\n"
+    "4. get_sample_rows if value formats matter (dates, codes, letter case).\n"
+    "5. explain_query on the query if the tables are large; then execute_query, with every "
+    "value passed as a $1, $2 parameter, never written into the SQL.\n"
+    "Answer in plain words, and show the SQL you ran."
+)
+GENERATE_REPORT = (
+    "Write a short report from this database's data on the topic below, with the "
+    "pg-mcp-server tools, in this order:\n"
+    "1. list_schemas, list_tables and describe_table: find the tables that hold the topic's "
+    "data.\n"
+    "2. get_foreign_keys and find_join_path: how those tables join.\n"
+    "3. get_sample_rows: check values and units before aggregating.\n"
+    "4. execute_query: compute the figures (aggregates with GROUP BY; values as $1, $2 "
+    "parameters); explain_query first for queries over large tables.\n"
+    "Report: the headline figures, a breakdown table, trends over time where there is a "
+    "date, caveats about data quality, and the SQL behind each figure."
+)
+FIND_DATA = (
+    "Find where the data described below is stored, with the pg-mcp-server tools, in this "
+    "order:\n"
+    "1. list_schemas, then list_tables with name_pattern guesses (case-insensitive LIKE, "
+    "such as '%customer%'); describe_table to check columns and comments.\n"
+    "2. get_sample_rows, with where_clause if it helps, to confirm with real values.\n"
+    "3. get_foreign_keys and find_join_path if the data spans tables.\n"
+    "4. execute_query: one query that retrieves it, to prove it.\n"
+    "Answer with the tables and columns that hold it and that query."
+)
 
 
-async def _report(request: Request, args: dict[str, str]) -> list[PromptMessage]:
-    return _user(
-        "Write a short report from this database's data on the topic below, with the "
-        "pg-mcp-server tools, in this order:\n"
-        "1. list_schemas, list_tables and describe_table: find the tables that hold the "
-        "topic's data.\n"
-        "2. get_foreign_keys and find_join_path: how those tables join.\n"
-        "3. get_sample_rows: check values and units before aggregating.\n"
-        "4. execute_query: compute the figures (aggregates with GROUP BY; values as $1, $2 "
-        "parameters); explain_query first for queries over large tables.\n"
-        "Report: the headline figures, a breakdown table, trends over time where there is a "
-        "date, caveats about data quality, and the SQL behind each figure.\n\n"
-        + user_text("topic", args["topic"])
-    )
+def _steps_then(steps: str, argument: str, label: str) -> Render:
+    """A prompt of fixed steps followed by one free-text argument, quoted."""
 
+    async def render(request: Request, args: dict[str, str]) -> list[PromptMessage]:
+        return _user(f"{steps}\n\n{user_text(label, args[argument])}")
 
-async def _find(request: Request, args: dict[str, str]) -> list[PromptMessage]:
-    return _user(
-        "Find where the data described below is stored, with the pg-mcp-server tools, in "
-        "this order:\n"
-        "1. list_schemas, then list_tables with name_pattern guesses (case-insensitive LIKE, "
-        "such as '%customer%'); describe_table to check columns and comments.\n"
-        "2. get_sample_rows, with where_clause if it helps, to confirm with real values.\n"
-        "3. get_foreign_keys and find_join_path if the data spans tables.\n"
-        "4. execute_query: one query that retrieves it, to prove it.\n"
-        "Answer with the tables and columns that hold it and that query.\n\n"
-        + user_text("description of the data", args["description"])
-    )
+    return render
 
 
 def builtin_prompts() -> list[PromptDef]:
@@ -197,20 +199,20 @@ def builtin_prompts() -> list[PromptDef]:
             "Write a query",
             "Turn a question into a read-only SQL query, run it, and answer.",
             [Argument("question", "The question to answer from the data", required=True)],
-            _write_query,
+            _steps_then(WRITE_QUERY, "question", "question"),
         ),
         PromptDef(
             "generate-report",
             "Generate a report",
             "Compute the figures on a topic and write a short report with the SQL behind it.",
             [Argument("topic", "What the report is about", required=True)],
-            _report,
+            _steps_then(GENERATE_REPORT, "topic", "topic"),
         ),
         PromptDef(
             "find-data",
             "Find data",
             "Find the tables and columns that hold the data described, and a query for it.",
             [Argument("description", "The data to look for, in plain words", required=True)],
-            _find,
+            _steps_then(FIND_DATA, "description", "description of the data"),
         ),
     ]
