@@ -3,8 +3,8 @@ found, run, and turned into protocol errors.
 
 Built-in definitions (`primitives/resources.py`, `primitives/prompts.py`) and, later, the
 YAML-defined ones are small values of the classes below, collected in a `Primitives` that
-`server.py` hands to the SDK. A read, a render or a completion gets a `Request` (the
-lifespan's AppContext, and a way to run a tool exactly as `tools/call` does).
+`server.py` hands to the SDK. A read or a render gets a `Request` (the lifespan's AppContext,
+and a way to run a tool exactly as `tools/call` does); a completion gets the AppContext.
 
 Every failure becomes a JSON-RPC error here, with one bounded log line: -32602 (invalid
 params) when the caller named something that does not exist or gave a bad argument (an unknown
@@ -114,7 +114,7 @@ class ToolFailed(Exception):
 
 @dataclass(frozen=True)
 class Request:
-    """What a read, a render or a completion gets."""
+    """What a read or a render gets."""
 
     app: AppContext
     call_tool: Callable[[str, dict[str, Any]], Awaitable[CallToolResult]]
@@ -125,7 +125,7 @@ class Request:
         result = await self.call_tool(tool, arguments)
         body = result.structured_content or {}
         if result.is_error:
-            raise ToolFailed(body.get("error") or {"code": "INTERNAL_ERROR", "message": ""})
+            raise ToolFailed(body.get("error") or _detail(InternalError(f"{tool} failed.")))
         text = result.content[0]
         assert isinstance(text, TextContent)
         return text.text
