@@ -144,14 +144,10 @@ async def schema_names(conn: asyncpg.Connection, prefix: str) -> Names:
 
 async def require_table(conn: asyncpg.Connection, schema: str, table: str) -> None:
     """Raise TABLE_NOT_FOUND (or SCHEMA_NOT_FOUND) with the closest names, as the tools do."""
-    if (
-        _too_long(schema)
-        or _too_long(table)
-        or not await conn.fetchval(TABLE_EXISTS, schema, table)
-    ):
+    if not await conn.fetchval(TABLE_EXISTS, schema, table):
         raise await catalog.missing_table(conn, schema, table)
 
 
 async def require_schema(conn: asyncpg.Connection, schema: str) -> None:
-    if _too_long(schema) or not await conn.fetchval(SCHEMA_EXISTS, schema):
+    if not await conn.fetchval(SCHEMA_EXISTS, schema):
         raise await catalog.missing_schema(conn, schema)
