@@ -304,6 +304,16 @@ async def test_replication_shows_replicas_and_slots(pg: PgServer, scratch_dsn: s
         finally:
             receiver.terminate()
             receiver.wait(timeout=10)
+            # The walsender lets go of the slot a moment after its client has gone.
+            for _ in range(500):
+                held = await fetch(
+                    scratch_dsn,
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                    slot,
+                )
+                if not held[0]["active"]:
+                    break
+                await asyncio.sleep(0.02)
             await execute(scratch_dsn, f"SELECT pg_drop_replication_slot('{slot}')")
     assert replication["is_standby"] is False
     assert replication["wal_receiver"] is None and replication["replay"] is None
