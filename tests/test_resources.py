@@ -85,7 +85,7 @@ async def test_lists_stay_small_and_capabilities_say_so(demo_dsn: str) -> None:
         assert {t.uri_template for t in templates} == TEMPLATES
 
 
-async def test_system_info_matches_the_catalog(pg: PgServer, scratch_dsn: str) -> None:
+async def test_system_info_matches_the_catalog(scratch_dsn: str) -> None:
     available = {
         r["name"] for r in await fetch(scratch_dsn, "SELECT name FROM pg_available_extensions")
     }
@@ -135,7 +135,7 @@ async def test_system_info_matches_the_catalog(pg: PgServer, scratch_dsn: str) -
 SETTINGS_TRUTH = "SELECT name, setting, unit, source, short_desc FROM pg_settings"
 
 
-async def test_settings_match_pg_settings(pg: PgServer, scratch_dsn: str) -> None:
+async def test_settings_match_pg_settings(scratch_dsn: str) -> None:
     # A setting chosen for this database only: not at its default, so listed, with its source.
     await execute(
         scratch_dsn,
