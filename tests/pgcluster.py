@@ -115,18 +115,22 @@ class LocalCluster:
             raise
 
     def _command(self, user: pwd.struct_passwd | None, name: str, *args: str) -> None:
-        result = subprocess.run(
-            [str(self.bindir / name), *args],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            check=False,
-            **_run_as(user),
-        )
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"{name} (PostgreSQL {self.major}) failed: {result.stderr.strip()[-2000:]}"
+        failed = f"{name} (PostgreSQL {self.major}) failed"
+        if user is not None:
+            failed += f" as OS user {user.pw_name} (can it read {self.bindir}?)"
+        try:
+            result = subprocess.run(
+                [str(self.bindir / name), *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                check=False,
+                **_run_as(user),
             )
+        except OSError as exc:  # not even executed
+            raise RuntimeError(f"{failed}: {exc}") from exc
+        if result.returncode != 0:
+            raise RuntimeError(f"{failed}: {result.stderr.strip()[-2000:]}")
 
     @property
     def psql_path(self) -> Path:

@@ -98,7 +98,9 @@ def test_cluster_goes_away_when_its_owner_is_killed() -> None:
     )
     try:
         assert owner.stdout is not None
-        root = Path(owner.stdout.readline().strip())
+        line = owner.stdout.readline().strip()
+        assert line, "the owner process could not start a cluster (see its stderr)"
+        root = Path(line)
         pid = _postmaster_pid(root)
         assert _running(pid)
     finally:
