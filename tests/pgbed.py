@@ -46,8 +46,7 @@ DATASET_FILES: dict[str, tuple[str, ...]] = {
 
 DEFAULT_IMAGE = "postgres:17"
 SERVER_ENV = "PG_TEST_SERVER"
-# PG_TEST_SERVER names for server binaries outside this checkout, with the major they must be.
-DEBIAN_BINDIRS = {"pg15": (Path("/usr/lib/postgresql/15/bin"), 15)}
+PG15_BINDIR = Path("/usr/lib/postgresql/15/bin")  # Debian's postgresql-15 package
 
 
 def quote_ident(name: str) -> str:
@@ -209,14 +208,13 @@ def start_server() -> PgServer:
         return _start_container()
     if source == "pg16":
         return _start_cluster(source, wheel_bindir("pgserver"), 16)
-    if source in DEBIAN_BINDIRS:
-        bindir, major = DEBIAN_BINDIRS[source]
-        if not bindir.is_dir():
+    if source == "pg15":
+        if not PG15_BINDIR.is_dir():
             raise RuntimeError(
-                f"{SERVER_ENV}={source} needs Debian's postgresql-{major} package "
-                f"(apt-get install postgresql-{major}): {bindir} is missing"
+                f"{SERVER_ENV}=pg15 needs Debian's postgresql-15 package "
+                f"(apt-get install postgresql-15): {PG15_BINDIR} is missing"
             )
-        return _start_cluster(source, bindir, major)
+        return _start_cluster(source, PG15_BINDIR, 15)
     if "/" in source:
         return _start_cluster(source, Path(source), None)
     if source:
