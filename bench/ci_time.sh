@@ -12,6 +12,6 @@ started=$SECONDS
 status=0
 CLIENTS_PORT=${CLIENTS_PORT:-18798} bash "$work/repo/.ci/run" > "$work/ci.log" 2>&1 || status=$?
 total=$((SECONDS - started))
-grep -E '^pytest on|passed|failed' "$work/ci.log" || true
+grep -E '^pytest on|passed|failed|^(FAILED|ERROR) ' "$work/ci.log" || true
 echo ".ci/run: exit $status, ${total} s ($((total / 60)) min $((total % 60)) s)"
 exit "$status"
