@@ -15,13 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from pg_mcp_server.errors import ConnectionLostError, InternalError, ParameterError, PgMcpError
-from pg_mcp_server.models.errors import ErrorDetail, ToolError
+from pg_mcp_server.models.errors import ErrorDetail, ErrorResponse
 from pg_mcp_server.tools.schemas import compact_schema
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def parameter_error(exc: ValidationError) -> ParameterError:
 
 
 def error_result(exc: PgMcpError, tool_name: str, arguments: dict[str, Any]) -> CallToolResult:
-    body = ToolError(
+    body = ErrorResponse(
         error=ErrorDetail(
             code=exc.code,
             message=exc.message,
@@ -103,7 +103,7 @@ def error_result(exc: PgMcpError, tool_name: str, arguments: dict[str, Any]) -> 
 
 
 class PgTool(Tool):
-    """An SDK tool whose failures come back as PRD `ToolError` results."""
+    """An SDK tool whose failures come back as PRD error results (`ErrorResponse`)."""
 
     async def run(
         self,
@@ -114,13 +114,13 @@ class PgTool(Tool):
         try:
             try:
                 return await super().run(arguments, context, convert_result)
-            except SdkToolError as lost:
+            except ToolError as lost:
                 if not isinstance(lost.__cause__, ConnectionLostError):
                     raise
                 # A pooled connection died unnoticed (server restart, terminated backend):
                 # it is gone from the pool now, and every tool only reads, so run it again.
                 return await super().run(arguments, context, convert_result)
-        except SdkToolError as wrapped:
+        except ToolError as wrapped:
             cause = wrapped.__cause__
             if isinstance(cause, ValidationError):
                 error: PgMcpError = parameter_error(cause)
