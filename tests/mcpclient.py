@@ -62,3 +62,8 @@ async def execute(dsn: str, script: str) -> None:
         await conn.execute(script)
     finally:
         await conn.close()
+
+
+def sample_records(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """get_sample_rows' rows (arrays in `columns` order) as one dict per row."""
+    return [dict(zip(out["columns"], row, strict=True)) for row in out["rows"]]

@@ -17,6 +17,7 @@ from mcpclient import call, call_error
 ALL_TOOLS = {
     "list_schemas",
     "list_tables",
+    "search_tables",
     "describe_table",
     "get_sample_rows",
     "get_foreign_keys",

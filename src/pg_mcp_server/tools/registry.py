@@ -21,6 +21,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from pg_mcp_server.errors import ConnectionLostError, InternalError, ParameterError, PgMcpError
+from pg_mcp_server.models.compact import Compact
 from pg_mcp_server.models.errors import ErrorDetail, ErrorResponse
 from pg_mcp_server.tools.schemas import compact_schema
 
@@ -37,10 +38,10 @@ READ_ONLY = ToolAnnotations(
 
 
 def ok(output: BaseModel) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=output.model_dump_json())],
-        structured_content=output.model_dump(mode="json"),
-    )
+    """The answer as structured content and the same compact JSON as text (a `Compact` model
+    leaves out its fields at their default)."""
+    structured = output.dump() if isinstance(output, Compact) else output.model_dump(mode="json")
+    return ok_json(structured)
 
 
 def ok_json(structured: dict[str, Any], encoded: dict[str, str] | None = None) -> CallToolResult:
@@ -146,6 +147,12 @@ def make_tool(
     )
     assert isinstance(tool, PgTool)
     tool.parameters = compact_schema(tool.parameters)
-    if tool.fn_metadata.output_schema is not None:
-        tool.fn_metadata.output_schema = compact_schema(tool.fn_metadata.output_schema)
+    meta = tool.fn_metadata
+    if meta.output_schema is not None:
+        model = meta.output_model
+        meta.output_schema = compact_schema(
+            meta.output_schema,
+            output=True,
+            omits_defaults=isinstance(model, type) and issubclass(model, Compact),
+        )
     return tool
