@@ -51,30 +51,28 @@ rel AS MATERIALIZED (
     WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition
       AND n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
 ),
-col AS MATERIALIZED (
-    SELECT a.attrelid, a.attnum, pg_catalog.lower(a.attname) AS lname,
-           pg_catalog.lower(coalesce(d.description, '')) AS ldescription
-    FROM pg_catalog.pg_attribute a
-    JOIN rel ON rel.oid = a.attrelid
-    LEFT JOIN pg_catalog.pg_description d
-      ON d.objoid = a.attrelid AND d.classoid = 'pg_catalog.pg_class'::regclass
-     AND d.objsubid = a.attnum
-    WHERE a.attnum > 0 AND NOT a.attisdropped
+-- Columns are matched before they are joined to their tables, so that only the few that match
+-- are; each name is lower-cased once (OFFSET 0), not once per word.
+column_hits AS (
+    SELECT a.attrelid AS oid, a.attnum, w.ord, CASE WHEN a.lname = w.word THEN 5 ELSE 4 END AS score
+    FROM (SELECT attrelid, attnum, pg_catalog.lower(attname) AS lname
+          FROM pg_catalog.pg_attribute WHERE attnum > 0 AND NOT attisdropped OFFSET 0) a
+    JOIN words w ON pg_catalog.strpos(a.lname, w.word) > 0
+    UNION ALL
+    SELECT d.objoid, d.objsubid::int2, w.ord, 2
+    FROM pg_catalog.pg_description d
+    JOIN words w ON pg_catalog.strpos(pg_catalog.lower(d.description), w.word) > 0
+    WHERE d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid > 0
 ),
-hits AS (
+hits AS MATERIALIZED (
     SELECT rel.oid, NULL::int2 AS attnum, w.ord,
            CASE WHEN rel.lname = w.word THEN 10
                 WHEN pg_catalog.strpos(rel.lname, w.word) > 0 THEN 6 ELSE 3 END AS score
-    FROM rel CROSS JOIN words w
-    WHERE pg_catalog.strpos(rel.lname, w.word) > 0
-       OR pg_catalog.strpos(rel.ldescription, w.word) > 0
+    FROM rel JOIN words w
+      ON pg_catalog.strpos(rel.lname, w.word) > 0
+      OR pg_catalog.strpos(rel.ldescription, w.word) > 0
     UNION ALL
-    SELECT col.attrelid, col.attnum, w.ord,
-           CASE WHEN col.lname = w.word THEN 5
-                WHEN pg_catalog.strpos(col.lname, w.word) > 0 THEN 4 ELSE 2 END
-    FROM col CROSS JOIN words w
-    WHERE pg_catalog.strpos(col.lname, w.word) > 0
-       OR pg_catalog.strpos(col.ldescription, w.word) > 0
+    SELECT h.oid, h.attnum, h.ord, h.score FROM column_hits h JOIN rel ON rel.oid = h.oid
 ),
 ranked AS (
     SELECT best.oid, sum(best.score) AS score, count(*) AS words
