@@ -149,11 +149,12 @@ class Graph:
             dist.update(dict.fromkeys(level, depth))
         return dist
 
-    def distance(self, start: int, goal: int) -> int | None:
-        """Joins on the shortest path, or None when the tables are not connected."""
+    def distance(self, start: int, goal: int, limit: int | None = None) -> int | None:
+        """Joins on the shortest path, or None when the tables are not connected (within
+        `limit` joins)."""
         if start == goal:
             return 0
-        for depth, level in enumerate(self.levels(start), start=1):
+        for depth, level in enumerate(self.levels(start, limit), start=1):
             if goal in level:
                 return depth
         return None
@@ -195,8 +196,8 @@ class Graph:
 
     def find(self, start: int, goal: int, max_depth: int) -> Found:
         """The paths of the shortest depth and of one more, within `max_depth` joins."""
-        shortest = self.distance(start, goal)
-        if shortest is None or shortest > max_depth:
+        shortest = self.distance(start, goal, max_depth)
+        if shortest is None:
             return Found(start, goal, [], False)
         paths, capped = self.paths(start, goal, min(max_depth, shortest + 1))
         return Found(start, goal, paths, capped)

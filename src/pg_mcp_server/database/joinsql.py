@@ -17,7 +17,8 @@ from pg_mcp_server.database.joinpaths import FanKey, Graph, Path, join_types
 
 _KEYWORDS = RESERVED_KEYWORDS | TYPE_FUNC_NAME_KEYWORDS | COL_NAME_KEYWORDS
 _PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
-_LONGEST = 3  # letters taken from a name's first word before falling back to numbers
+_LONGEST = 3  # letters taken from a name's first word before falling back ...
+_SHORT = 6  # ... to the name itself, when it is this short, or to numbers
 
 
 def ident(name: str) -> str:
@@ -29,7 +30,8 @@ def ident(name: str) -> str:
 
 def aliases(tables: list[str]) -> list[str]:
     """One alias per table: the initials of its words (order_items oi), the first word's
-    first letters growing (up to three) while two tables would share one, then a number."""
+    first letters growing (up to three) while two tables would share one, then the name
+    itself when short (t500, t499), else a number."""
     words: list[list[str]] = [
         re.findall(r"[a-z]+", re.sub(r"([a-z])([A-Z])", r"\1_\2", t).lower()) or ["t"]
         for t in tables
@@ -50,6 +52,12 @@ def aliases(tables: list[str]) -> list[str]:
         for i in growing:
             taken[i] += 1
         current = [alias(i) for i in range(len(tables))]
+    # Still alike (t500, t499; or the same table twice): a short name is its own alias.
+    counts = Counter(current)
+    current = [
+        t if counts[a] > 1 and len(t) <= _SHORT and ident(t) == t else a
+        for a, t in zip(current, tables, strict=True)
+    ]
     used: set[str] = set()
     out = []
     for a in current:

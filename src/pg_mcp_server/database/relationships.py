@@ -101,18 +101,19 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
 # for the key, so the ratio is an upper bound. `${n}` is a JSON array of {"oid", "columns"}.
 _FAN_OUT = """(SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
         'oid', w.oid, 'columns', w.columns, 'ratio', (
-            SELECT CASE WHEN c.reltuples > 0 AND max(s.distinct_values) > 0
-                        THEN c.reltuples * (1 - max(s.null_frac)) / max(s.distinct_values) END
+            SELECT CASE WHEN c.reltuples > 0 AND s.distinct_values > 0
+                        THEN c.reltuples * (1 - s.null_frac) / s.distinct_values END
             FROM pg_catalog.pg_class c
             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-            JOIN LATERAL (
-                SELECT st.null_frac, CASE WHEN st.n_distinct < 0
-                    THEN -st.n_distinct * c.reltuples ELSE st.n_distinct END AS distinct_values
+            -- An aggregate, so planned on its own with the names as parameters: pg_stats is
+            -- then read through pg_class's index on the name, not scanned whole.
+            CROSS JOIN LATERAL (
+                SELECT max(st.null_frac) AS null_frac, max(CASE WHEN st.n_distinct < 0
+                    THEN -st.n_distinct * c.reltuples ELSE st.n_distinct END) AS distinct_values
                 FROM pg_catalog.pg_stats st
                 WHERE st.schemaname = n.nspname AND st.tablename = c.relname
-                  AND st.attname = ANY (w.columns) AND st.inherited = (c.relkind = 'p')) s ON true
-            WHERE c.oid = w.oid
-            GROUP BY c.reltuples))), '[]')
+                  AND st.attname = ANY (w.columns) AND st.inherited = (c.relkind = 'p')) s
+            WHERE c.oid = w.oid))), '[]')
     FROM pg_catalog.json_to_recordset(${n}::pg_catalog.json) AS w(oid oid, columns text[]))"""
 
 FAN_OUT = f"SELECT {_FAN_OUT.format(n=1)} AS fan_out"
