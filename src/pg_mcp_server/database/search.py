@@ -52,11 +52,13 @@ rel AS MATERIALIZED (
       AND n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
 ),
 -- Columns are matched before they are joined to their tables, so that only the few that match
--- are; each name is lower-cased once (OFFSET 0), not once per word.
+-- are; one LIKE ANY ($3: '%word%' each) picks them in the scan, then the words score them.
 column_hits AS (
     SELECT a.attrelid AS oid, a.attnum, w.ord, CASE WHEN a.lname = w.word THEN 5 ELSE 4 END AS score
     FROM (SELECT attrelid, attnum, pg_catalog.lower(attname) AS lname
-          FROM pg_catalog.pg_attribute WHERE attnum > 0 AND NOT attisdropped OFFSET 0) a
+          FROM pg_catalog.pg_attribute
+          WHERE attnum > 0 AND NOT attisdropped
+            AND pg_catalog.lower(attname) OPERATOR(pg_catalog.~~) ANY ($3::text[])) a
     JOIN words w ON pg_catalog.strpos(a.lname, w.word) > 0
     UNION ALL
     SELECT d.objoid, d.objsubid::int2, w.ord, 2
@@ -98,7 +100,8 @@ ORDER BY page.words DESC, page.score DESC, page.nspname, page.relname
 
 
 def search_words(query: str) -> list[str]:
-    """The query's words, lower-cased, without stop words, plurals folded, at most MAX_WORDS."""
+    """The query's words, lower-cased, without stop words, plurals folded, at most MAX_WORDS:
+    letters and digits only, so none is special in a LIKE pattern."""
     words = []
     for word in re.findall(r"[^\W_]+", query.lower()):
         if len(word) < 2 or word in _STOP:
@@ -123,6 +126,7 @@ async def search_tables(
     conn: asyncpg.Connection, query: str, limit: int
 ) -> tuple[list[dict[str, Any]], int]:
     """The best `limit` matches and how many tables match in all."""
-    rows = await conn.fetch(SEARCH, search_words(query), limit)
+    words = search_words(query)
+    rows = await conn.fetch(SEARCH, words, limit, [f"%{w}%" for w in words])
     total = int(rows[0]["total"]) if rows else 0
     return [{k: v for k, v in r.items() if k != "total"} for r in rows], total
