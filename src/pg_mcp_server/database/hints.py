@@ -1,15 +1,18 @@
 """Errors that carry the fix: when PostgreSQL says a column or function of a query does not
 exist, name what does exist, closest first, next to PostgreSQL's own hint.
 
-Only on the error path, in one catalog statement. The columns are those of the tables the
-query names (a qualifier such as `t` in `t.duration_ms` is resolved through the query's FROM
-list, so the suggestion names track's columns, not every table's); names are resolved the way
-the query's were, through the search path.
+Only on the error path, in one catalog statement on a connection of its own (the failed
+transaction is aborted), opened only for these errors. The columns are those of the tables
+the query names (a qualifier such as `t` in `t.duration_ms` is resolved through the query's
+FROM list, so the suggestion names track's columns, not every table's); names are resolved
+the way the query's were, through the search path.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,9 @@ _COLUMN = re.compile(
 _FUNCTION = re.compile(r"^function (?P<name>.+?)\((?P<arguments>.*)\) does not exist")
 _UNDEFINED_FUNCTION = "42883"
 SHOWN = 20  # names listed in a suggestion (the context has up to 100)
+
+# A catalog connection, opened only when there is something to look up (Database.catalog).
+Connect = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
 
 # The columns of each table the query names, as its search path resolves the names.
 COLUMNS_OF = """
@@ -91,7 +97,7 @@ def _hint(error: PgMcpError) -> str:
 
 
 async def column_hint(
-    conn: asyncpg.Connection, error: ColumnNotFoundError, named: list[Relation]
+    connect: Connect, error: ColumnNotFoundError, named: list[Relation]
 ) -> ColumnNotFoundError:
     """The columns of the table the missing column was looked for in (or of every table the
     query names, for an unqualified one), closest to the missing name first. A column error
@@ -105,7 +111,8 @@ async def column_hint(
         named = [r for r in named if (r.alias or r.name) == qualifier] or named
     if not named:
         return error
-    rows = await conn.fetch(COLUMNS_OF, [r.regclass for r in named])
+    async with connect() as conn:
+        rows = await conn.fetch(COLUMNS_OF, [r.regclass for r in named])
     if not rows:
         return error
     tables: list[dict[str, Any]] = []
@@ -122,13 +129,14 @@ async def column_hint(
     )
 
 
-async def function_hint(conn: asyncpg.Connection, error: PgMcpError) -> PgMcpError:
+async def function_hint(connect: Connect, error: PgMcpError) -> PgMcpError:
     """Functions named like the missing one; and when the name exists, its signatures."""
     found = _FUNCTION.match(error.message)
     if found is None or (error.context or {}).get("sqlstate") != _UNDEFINED_FUNCTION:
         return error
     name = found["name"].rsplit(".", 1)[-1].strip('"')
-    row = await conn.fetchrow(FUNCTIONS_NEAR, name)
+    async with connect() as conn:
+        row = await conn.fetchrow(FUNCTIONS_NEAR, name)
     assert row is not None
     signatures: list[str] = row["signatures"]
     similar = [n for n in closest(name, row["names"], limit=5) if n != name]

@@ -261,14 +261,31 @@ class GraphCache:
         ratios = _ratios(row["fan_out"])
         return state.graph, int(row["from_oid"]), int(row["to_oid"]), ratios
 
-
-async def fan_out_ratios(
-    conn: asyncpg.Connection, fan_keys: list[FanKey]
-) -> dict[FanKey, float | None]:
-    """The fan-out ratios of `fan_keys`, when the graph the load guessed them from had changed."""
-    if not fan_keys:
-        return {}
-    return _ratios(await conn.fetchval(FAN_OUT, _fan_keys_json(fan_keys)))
+    async def search(
+        self, conn: asyncpg.Connection, start: tuple[str, str], goal: tuple[str, str], depth: int
+    ) -> tuple[Graph, Found, dict[FanKey, float | None]]:
+        """The paths between two tables (within `depth` joins) and the fan-out ratios their
+        steps need. The search runs on the cached graph first, so that the statement that
+        checks the graph brings the statistics too: one statement while the catalog stays
+        the same. After a change it runs again, and the statistics are asked for apart."""
+        cached = self.graph
+        guess = None
+        if start in cached.oids and goal in cached.oids:
+            guess = cached.find(cached.oids[start], cached.oids[goal], depth)
+        graph, start_oid, goal_oid, ratios = await self.load(
+            conn, start, goal, guess.fan_keys if guess else []
+        )
+        if (
+            guess is not None
+            and graph is cached
+            and (guess.start, guess.goal) == (start_oid, goal_oid)
+        ):
+            return graph, guess, ratios
+        found = graph.find(start_oid, goal_oid, depth)
+        missing = [k for k in found.fan_keys if k not in ratios]
+        if missing:
+            ratios |= _ratios(await conn.fetchval(FAN_OUT, _fan_keys_json(missing)))
+        return graph, found, ratios
 
 
 def _fan_keys_json(fan_keys: list[FanKey]) -> str:

@@ -2,9 +2,10 @@
 
 Every fact of the PRD's models is here, under the PRD's names; what changed is what an answer
 leaves out (see models/compact.py): fields at their default, and facts stated elsewhere in
-the same answer (a table's schema in list_tables is the listing's; a column's length,
-precision and scale are in its data_type, e.g. "character varying(45)", "numeric(4,2)").
-Fields marked additive are ours.
+the same answer or a rendering of another field (a table's schema in list_tables is the
+listing's, and its size_pretty a rendering of size_bytes; a column's length, precision and
+scale are in its data_type, e.g. "character varying(45)", "numeric(4,2)"). Sample rows are
+arrays in the order of `columns`. Fields marked additive are ours.
 """
 
 from __future__ import annotations

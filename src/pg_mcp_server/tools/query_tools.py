@@ -55,11 +55,9 @@ async def _suggest(app: AppContext, error: PgMcpError, sql: str) -> PgMcpError:
     relation, the named tables' columns for a missing column, functions for a missing one.
     The failed transaction is aborted, so the lookup runs on a fresh connection."""
     if isinstance(error, ColumnNotFoundError):
-        async with app.db.catalog() as conn:
-            return await column_hint(conn, error, relations(sql))
+        return await column_hint(app.db.catalog, error, relations(sql))
     if isinstance(error, InvalidSqlError):
-        async with app.db.catalog() as conn:
-            return await function_hint(conn, error)
+        return await function_hint(app.db.catalog, error)
     found = _MISSING.search(error.message)
     if not isinstance(error, TableNotFoundError) or found is None:
         return error

@@ -13,7 +13,6 @@ from pg_mcp_server.database.joinpaths import (
     MAX_DEPTH,
     PATH_CAP,
     Path,
-    fan_out_ratios,
     no_path,
 )
 from pg_mcp_server.database.joinsql import fan_out_notes, join_sql
@@ -63,40 +62,18 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
         app = app_context(ctx)
         start, goal = (from_schema, from_table), (to_schema, to_table)
-        # The search runs on the cached graph first, so that the statement that checks the
-        # graph also brings the statistics its paths need; only after a catalog change does
-        # it run again, and ask for them separately.
-        cached = app.graph.graph
-        guess = None
-        if start in cached.oids and goal in cached.oids:
-            guess = cached.find(cached.oids[start], cached.oids[goal], max_depth)
         async with app.db.catalog() as conn:
-            graph, start_oid, goal_oid, ratios = await app.graph.load(
-                conn, start, goal, guess.fan_keys if guess else []
-            )
-            found = guess
-            if (
-                found is None
-                or graph is not cached
-                or (found.start, found.goal)
-                != (
-                    start_oid,
-                    goal_oid,
-                )
-            ):
-                found = graph.find(start_oid, goal_oid, max_depth)
-                missing = [k for k in found.fan_keys if k not in ratios]
-                ratios |= await fan_out_ratios(conn, missing)
+            graph, found, ratios = await app.graph.search(conn, start, goal, max_depth)
         if not found.paths:
             names = (f"{from_schema}.{from_table}", f"{to_schema}.{to_table}")
-            raise no_path(graph, start_oid, goal_oid, names, max_depth)
+            raise no_path(graph, found.start, found.goal, names, max_depth)
         shown = []
         for path in found.shown:
             notes, warning = fan_out_notes(graph, path, ratios)
             shown.append(
                 JoinPath(
                     depth=len(path),
-                    sql_example=join_sql(graph, start_oid, start, path),
+                    sql_example=join_sql(graph, found.start, start, path),
                     steps=[edge.key.constraint_name for edge in path],
                     fan_out=notes,
                     warning=warning,

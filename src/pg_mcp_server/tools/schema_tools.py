@@ -182,9 +182,8 @@ def schema_tools(default_schema: str) -> list[PgTool]:
                     sensitive=app.sensitive,
                 )
         except ColumnNotFoundError as exc:  # in where_clause: say which columns there are
-            async with app.db.catalog() as conn:
-                table = Relation(schema_name, table_name, None)
-                raise await column_hint(conn, exc, [table]) from None
+            table = Relation(schema_name, table_name, None)
+            raise await column_hint(app.db.catalog, exc, [table]) from None
         return ok(
             GetSampleRowsOutput(
                 table_name=table_name,
