@@ -26,12 +26,13 @@ from pg_mcp_server.models.relationships import (
 from pg_mcp_server.tools.registry import PgTool, make_tool, ok
 
 GET_FOREIGN_KEYS = """A table's foreign keys both ways: outgoing (it references) and incoming
-(others reference it), column pairs in key order. Keys of partitions are on their parent."""
+(others reference it), column pairs in key order. Keys of partitions are on their parent.
+Example: get_foreign_keys(table_name="orders")"""
 
 FIND_JOIN_PATH = """How to join two tables by foreign keys: the shortest paths, each with
 sql_example (FROM ... JOIN ..., runs as-is after a SELECT list), steps (each join's key),
-fan_out (joins that multiply rows, with the ratio from statistics) and warning (the effect on
-sums and counts over the first table)."""
+fan_out (joins that multiply rows, ratio from statistics) and warning (the effect on sums and
+counts over the first table). Example: find_join_path(from_table="payment", to_table="film")"""
 
 
 def relationship_tools(default_schema: str) -> list[PgTool]:

@@ -33,25 +33,27 @@ from pg_mcp_server.models.schema import (
 )
 from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
 
-LIST_SCHEMAS = """The database's schemas: owner, comment, table_count, view_count. Start here."""
+LIST_SCHEMAS = """The database's schemas: owner, comment, table_count, view_count. Start here.
+Example: list_schemas()"""
 
-LIST_TABLES = """One schema's tables and views with comment, row estimate, size, primary key
-and column count. empty=true: certainly no rows; else the count is an estimate as of
-stats_as_of (absent: never analyzed). include_columns=true adds a schema map: each table's
-columns as "name type[ PK][ -> table.column]"."""
+LIST_TABLES = """One schema's tables and views: comment, row estimate, size, primary key, column
+count. empty=true: no rows for certain; else the count is an estimate as of stats_as_of
+(absent: never analyzed). include_columns=true adds each table's columns as "name type[ PK][
+-> table.column]": a schema map. Example: list_tables(schema_name="sales", include_columns=true)"""
 
 SEARCH_TABLES = """Find the tables that hold something, in every schema: words matched against
-table and column names and comments, best first, with the matching columns."""
+table and column names and comments, best first, with the matching columns.
+Example: search_tables(query="customer email")"""
 
-DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, comment, PK,
-unique, foreign_key, enum labels, identity, generated), indexes, constraints (a one-column
-foreign key is on its column), partitions, view definition and row facts as in list_tables.
-Left out at their default: is_nullable true, on_update/on_delete NO ACTION, index_type btree,
-a definition saying no more than the index's other keys."""
+DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, comment, PK, unique,
+foreign_key, enum labels, identity, generated), indexes, constraints (a one-column foreign key
+is on its column), partitions, view definition, row facts as in list_tables. Left out at their
+default: is_nullable true, on_update/on_delete NO ACTION, index_type btree, and an index
+definition that says no more. Example: describe_table(table_name="orders")"""
 
 GET_SAMPLE_ROWS = """A few real rows, to see formats and values: `rows` are arrays in `columns`
-order, by primary key unless randomize=true. where_clause: a condition without WHERE, e.g.
-"status = 'shipped'". Long text is cut, sensitive columns redacted."""
+order, by primary key unless randomize=true; long text is cut, sensitive columns redacted.
+Example: get_sample_rows(table_name="orders", where_clause="status = 'shipped'")"""
 
 # Tables per list_tables page: a schema map line per column makes a table ~10x the bytes.
 LIST_PAGE = 1000

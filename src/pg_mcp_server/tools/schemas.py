@@ -2,10 +2,12 @@
 
 Clients read these schemas on every session (LLM context) and validate every result against
 them, so pydantic's `$defs`/`$ref` are inlined and its `title` on every property goes. Input
-schemas keep each parameter's description: a model needs them to call. Output schemas describe
+schemas keep each parameter's description (a model needs them to call), but not a `"default":
+null`, which an optional parameter has anyway. Output schemas describe
 the answer's top level only, each key with its type, whether it is required, and its default,
-without prose; nested objects are just objects (the tool description names their keys). That
-keeps all the tools within a 12 KB tools/list, and validation cheap.
+without prose; nested objects are just objects, lists of them just arrays (the tool
+description names their keys). That keeps all the tools within a 12 KB tools/list, and
+validation cheap.
 
 Nullables stay `anyOf: [X, {"type": "null"}]`: the shorter `type: [X, "null"]` is legal but not
 portable (single-type dialects such as the OpenAPI subset behind Gemini function declarations
@@ -26,16 +28,28 @@ def compact_schema(
     leave out fields at their default (see above)."""
     defs = schema.get("$defs", {})
 
+    def defs_of(s: Any) -> dict[str, Any]:
+        """`s` with its reference (if it is one) resolved."""
+        if isinstance(s, dict) and "$ref" in s:
+            resolved: dict[str, Any] = defs[s["$ref"].rsplit("/", 1)[-1]]
+            return resolved
+        return s if isinstance(s, dict) else {}
+
     def node(s: Any, depth: int) -> Any:
         if not isinstance(s, dict):
             return s
         if omits_defaults and s.get("default", 0) is None:
             s = _without_null(s)
+        elif not output and s.get("default", 0) is None:
+            # An optional parameter is null unless given: the schema need not say so.
+            s = {k: v for k, v in s.items() if k != "default"}
         if "$ref" in s:
             target = defs[s["$ref"].rsplit("/", 1)[-1]]
             return node({**target, **{k: v for k, v in s.items() if k != "$ref"}}, depth)
         if output and depth > 0 and "properties" in s:
             return {"type": "object"}
+        if output and depth > 0 and "properties" in defs_of(s.get("items")):
+            return {k: v for k, v in s.items() if k not in ("items", "title", "description")}
         out: dict[str, Any] = {}
         for key, value in s.items():
             if key in ("title", "$defs") or (key == "description" and output):
