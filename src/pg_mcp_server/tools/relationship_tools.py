@@ -30,9 +30,9 @@ GET_FOREIGN_KEYS = """A table's foreign keys both ways: outgoing (it references)
 Example: get_foreign_keys(table_name="orders")"""
 
 FIND_JOIN_PATH = """How to join two tables by foreign keys: the shortest paths, each with
-sql_example (FROM ... JOIN ..., runs as-is after a SELECT list), steps (each join's key),
-fan_out (joins that multiply rows, ratio from statistics) and warning (the effect on sums and
-counts over the first table). Example: find_join_path(from_table="payment", to_table="film")"""
+sql_example (runs as-is after a SELECT list), steps (each join's key), fan_out (joins that
+multiply rows, with the measured ratio) and warning (what that does to sums over the first
+table). Example: find_join_path(from_table="payment", to_table="film")"""
 
 
 def relationship_tools(default_schema: str) -> list[PgTool]:

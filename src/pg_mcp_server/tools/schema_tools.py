@@ -37,19 +37,18 @@ LIST_SCHEMAS = """The database's schemas: owner, comment, table_count, view_coun
 Example: list_schemas()"""
 
 LIST_TABLES = """One schema's tables and views: comment, row estimate, size, primary key, column
-count. empty=true: no rows for certain; else the count is an estimate as of stats_as_of
-(absent: never analyzed). include_columns=true adds each table's columns as "name type[ PK][
--> table.column]": a schema map. Example: list_tables(schema_name="sales", include_columns=true)"""
+count. empty=true: no rows for certain; else the estimate is as of stats_as_of (absent: never
+analyzed). include_columns=true: a schema map, each column as "name type[ PK][ -> table.col]".
+Example: list_tables(schema_name="sales", include_columns=true)"""
 
-SEARCH_TABLES = """Find the tables that hold something, in every schema: words matched against
-table and column names and comments, best first, with the matching columns.
-Example: search_tables(query="customer email")"""
+SEARCH_TABLES = """Find the tables that hold something, in all schemas: words matched against
+table and column names and comments, best first. Example: search_tables(query="customer email")"""
 
-DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, comment, PK, unique,
-foreign_key, enum labels, identity, generated), indexes, constraints (a one-column foreign key
-is on its column), partitions, view definition, row facts as in list_tables. Left out at their
-default: is_nullable true, on_update/on_delete NO ACTION, index_type btree, and an index
-definition that says no more. Example: describe_table(table_name="orders")"""
+DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, comment, keys, enum
+labels, identity, generated), indexes, constraints (a one-column foreign key is on its
+column), partitions, view definition, row facts as in list_tables. Defaults left out:
+is_nullable true, on_update/on_delete NO ACTION, index_type btree, an index definition saying
+no more. Example: describe_table(table_name="orders")"""
 
 GET_SAMPLE_ROWS = """A few real rows, to see formats and values: `rows` are arrays in `columns`
 order, by primary key unless randomize=true; long text is cut, sensitive columns redacted.
