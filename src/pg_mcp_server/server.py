@@ -42,15 +42,19 @@ from pg_mcp_server.tools.schema_tools import schema_tools
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
-1. Discover: list_schemas -> list_tables(schema_name) -> describe_table(table_name) for exact
-   column names, types, keys and enum values; get_sample_rows to see real values and formats.
+1. Discover: list_schemas -> list_tables(schema_name, include_columns=true for a schema map of
+   every column, type, key and reference in one call) -> describe_table for the full detail;
+   search_tables("customer email") finds where something lives in a large database;
+   get_sample_rows shows real values. empty=true means a table has no rows for certain.
 2. Relate: get_foreign_keys(table) shows a table's keys both ways; find_join_path(a, b) gives
-   the shortest foreign-key route between two tables with a JOIN clause that runs as-is.
+   the shortest foreign-key route with a JOIN clause that runs as-is, and warns when a join
+   multiplies rows (sums over the first table would count rows more than once).
 3. Query: execute_query runs one read-only SELECT with $1, $2 parameters (pass values in
    `params`, never inline them); explain_query shows the plan and warns about slow spots.
    Anything that writes, locks or changes settings is refused.
+Answers are compact JSON: keys at their default (null, false, 0, empty) are left out.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
-(for example TABLE_NOT_FOUND with the closest names): follow the suggestion.
+that carries the fix (the closest table, column or function names): follow it.
 Clients may also attach resources (pg://system_info, pg://settings, pg://stat/activity,
 pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps."""
 
