@@ -5,14 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.config import Settings
+from pg_mcp_server.config import Settings, package_version
+from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.middleware import instructions_with_audit, unknown_tool
 from pg_mcp_server.tools.query_tools import query_tools
 from pg_mcp_server.tools.registry import PgTool
 from pg_mcp_server.tools.relationship_tools import relationship_tools
@@ -30,13 +32,6 @@ INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database.
    Anything that writes, locks or changes settings is refused.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
 (for example TABLE_NOT_FOUND with the closest names): follow the suggestion."""
-
-
-def _version() -> str:
-    try:
-        return version("pg-mcp-server")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"
 
 
 def all_tools(settings: Settings) -> list[PgTool]:
@@ -59,7 +54,9 @@ def build_server(
     settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
 ) -> MCPServer[AppContext]:
     """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
-    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own."""
+    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own.
+    Without `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
+    background and the instructions carry what it finds (middleware.py)."""
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
@@ -67,24 +64,32 @@ def build_server(
         guard = SqlGuard(
             strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
         )
+        audit = RoleAudit() if role_warnings is None else None
         try:
-            yield AppContext(
-                settings=settings,
-                db=database,
-                guard=guard,
-                sensitive=settings.server.sensitive_regex(),
-            )
+            async with anyio.create_task_group() as background:
+                if audit is not None:
+                    background.start_soon(audit.run, database)
+                yield AppContext(
+                    settings=settings,
+                    db=database,
+                    guard=guard,
+                    sensitive=settings.server.sensitive_regex(),
+                    audit=audit,
+                )
+                background.cancel_scope.cancel()
         finally:
             await guard.close()
             if db is None:
                 await database.dispose()
 
-    return MCPServer(
+    server: MCPServer[AppContext] = MCPServer(
         name="pg-mcp-server",
         title="PostgreSQL MCP server",
-        version=_version(),
+        version=package_version(),
         instructions=instructions(role_warnings or []),
         tools=list(all_tools(settings)),
         lifespan=lifespan,
         log_level=settings.server.log_level,
     )
+    server.middleware.extend([instructions_with_audit(instructions), unknown_tool(server)])
+    return server
