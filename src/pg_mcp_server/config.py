@@ -7,7 +7,6 @@ description, and `tests/test_config.py` checks that each is documented in the RE
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -300,26 +299,6 @@ class Settings(BaseSettings):
 
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
-
-    def to_json(self) -> str:
-        """Every setting as JSON, secrets in clear: only for handing the resolved settings to
-        this server's own worker processes (through their environment), never for logging."""
-
-        def plain(value: Any) -> Any:
-            if isinstance(value, SecretStr):
-                return value.get_secret_value()
-            if isinstance(value, list):
-                return [plain(v) for v in value]
-            return value
-
-        return json.dumps(
-            {group: {k: plain(v) for k, v in getattr(self, group)} for group in GROUPS}
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Settings:
-        groups = json.loads(text)
-        return cls.load(**{group: groups[group] for group in GROUPS})
 
     @classmethod
     def load(

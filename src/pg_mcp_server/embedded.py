@@ -125,7 +125,7 @@ class EmbeddedPostgres:
         self._port = int(info.port)
         self.pid: int = int(info.pid)
         _live.add(self)
-        _log.info("embedded PostgreSQL started (pid %s)", self.pid)
+        _log.info("embedded PostgreSQL started (pid %s, files in %s)", self.pid, self._root)
 
     @property
     def running(self) -> bool:
