@@ -89,10 +89,7 @@ class Gateway:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                await self.db.dispose()
+            await self.app(scope, receive, self._disposing(send))
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -168,6 +165,17 @@ class Gateway:
             await self._serve(scope, receive, self._explained(scope, sent))
         finally:
             release()
+
+    def _disposing(self, send: Send) -> Send:
+        """The pool closes before the server is told the app has shut down: after that the
+        event loop stops, and a close still running would be cancelled halfway."""
+
+        async def disposing(message: Message) -> None:
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.db.dispose()
+            await send(message)
+
+        return disposing
 
     def _unsupported(self, version: str) -> dict[str, Any]:
         message = (
