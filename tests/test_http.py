@@ -261,9 +261,13 @@ async def test_bearer_tokens(secured: Running, http: httpx.AsyncClient) -> None:
 
 async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.AsyncClient) -> None:
     """--workers 2: two worker processes, each serving with the parent's settings (the DSN from
-    the command line and the tokens from the environment included)."""
+    the command line and the tokens from the environment included), none of which reach the
+    workers' environment."""
     with serve(demo_dsn, "--workers", "2", MCP_AUTH_TOKENS=TOKEN) as running:
-        assert len(_workers_of(running)) == 2
+        workers = _workers_of(running)
+        assert len(workers) == 2
+        for worker in workers:  # the settings came as an argument, the token is not inherited
+            assert TOKEN.encode() not in Path(f"/proc/{worker.pid}/environ").read_bytes()
         anonymous = await http.post(running.mcp, json=init("2025-11-25"), headers=HEADERS)
         assert anonymous.status_code == 401
         auth = {"Authorization": f"Bearer {TOKEN}"}

@@ -20,7 +20,7 @@ MAX_TRACEBACK = 6000  # characters of a traceback, kept from its end (where the 
 
 # Third-party loggers whose routine INFO lines are noise at our INFO (uvicorn's access log is
 # not configured at all: one line per request).
-_QUIET = {
+QUIET = {
     "mcp": logging.WARNING,
     "httpx": logging.WARNING,
     "sqlalchemy": logging.WARNING,
@@ -117,7 +117,7 @@ def configure_logging(level: str, fmt: Literal["auto", "json", "text"] = "auto")
     root.handlers[:] = [handler]
     root.setLevel(level)
     debug = root.level <= logging.DEBUG
-    for name, quiet in _QUIET.items():
+    for name, quiet in QUIET.items():
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             # At DEBUG the user asked for everything; otherwise their INFO is our noise.
