@@ -63,4 +63,8 @@ check "inspector stdio tools/list" '"find_join_path"' \
 check "inspector stdio tools/call" 'order_status' \
   mcp-inspector --cli "$SERVER" --demo --method tools/call --tool-name describe_table \
   --tool-arg table_name=orders
+# What the server tells a person who starts it in a terminal must work as written.
+BANNER=$("${UV[@]}" run python -c 'import sys; from pg_mcp_server.__main__ import banner
+print(banner(sys.argv[1:]))' "$SERVER" --demo | sed -n 's/^  npx /npx /p')
+check "the terminal banner's Inspector command" '"list_tables"' bash -c "$BANNER"
 echo "clients: all passed"

