@@ -123,10 +123,6 @@ class Gateway:
                 {"Allow": "POST"},
             )
             return
-        version = _header(scope, b"mcp-protocol-version")
-        if version is not None and version not in VERSIONS:
-            await _respond(send, 400, self._unsupported(version))
-            return
         if self._slots is None:
             self._slots = anyio.Semaphore(self.limit)
         try:
@@ -177,7 +173,7 @@ class Gateway:
 
         return disposing
 
-    def _unsupported(self, version: str) -> dict[str, Any]:
+    def _unsupported(self, version: str, request_id: Any) -> dict[str, Any]:
         message = (
             f"Unsupported MCP-Protocol-Version {version!r}: this server speaks "
             f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)} (after initialize) and "
@@ -185,7 +181,7 @@ class Gateway:
         )
         logger.info("HTTP: %s", message)
         data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version}
-        return _rpc_error(UNSUPPORTED_PROTOCOL_VERSION, message, data)
+        return {**_rpc_error(UNSUPPORTED_PROTOCOL_VERSION, message, data), "id": request_id}
 
     def _explained(self, scope: Scope, send: Send) -> Send:
         """`send`, with the SDK's bare 421 (Host) and 403 (Origin) refusals replaced by answers
@@ -231,10 +227,14 @@ class Gateway:
             if not message.get("more_body", False):
                 break
         if scope["method"] == "POST":
-            _, rejection = envelope.parse(b"".join(m.get("body", b"") for m in body))
+            rpc, rejection = envelope.parse(b"".join(m.get("body", b"") for m in body))
             if rejection is not None:
                 envelope.log(rejection, "HTTP")
                 await _respond_raw(send, 400, rejection.response())
+                return
+            version = _header(scope, b"mcp-protocol-version")
+            if version is not None and version not in VERSIONS:
+                await _respond(send, 400, self._unsupported(version, rpc.get("id")))
                 return
         gone = anyio.Event()
 
