@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mcp.shared.exceptions import MCPError
 from mcpclient import call_error, connect
 from serverproc import EXECUTABLE, Server, clean_env
 
@@ -102,3 +103,10 @@ async def test_an_unknown_tool_is_a_structured_error_listing_the_tools(demo_dsn:
         assert "execute_query, explain_query" in body["error"]["suggestion"]
         result = await client.call_tool("t" + BIG, {})
         assert result.is_error and len(result.content[0].text) < 1500  # type: ignore[union-attr]
+
+
+async def test_a_json_rpc_error_does_not_echo_a_huge_value(demo_dsn: str) -> None:
+    async with connect(demo_dsn) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.read_resource("pg://" + BIG)
+        assert raised.value.code == -32602 and len(raised.value.message) < 600

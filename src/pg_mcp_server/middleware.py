@@ -6,6 +6,8 @@
 - `unknown_tool`: `tools/call` with a name no tool has gets our structured PARAMETER_ERROR with
   the closest names and the list of tools, instead of the SDK's plain text "Unknown tool: x"
   (which also echoes a name of any length).
+- `bounded_errors`: a JSON-RPC error never repeats more than `ERROR_ECHO` characters of what the
+  client sent (the SDK's "Unknown resource: <uri>" echoes a URI of any length).
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
 
 from pg_mcp_server.errors import ParameterError, closest, did_you_mean
 from pg_mcp_server.tools.registry import error_result
 
 Middleware = ServerMiddleware[Any]
 NAME_ECHO = 100  # characters of an unknown tool's name repeated in the answer
+ERROR_ECHO = 500  # characters of a JSON-RPC error's message (its data is dropped if longer)
 
 
 def instructions_with_audit(render: Callable[[list[str]], str]) -> Middleware:
@@ -63,3 +67,14 @@ def unknown_tool(server: MCPServer[Any]) -> Middleware:
         return error_result(error, shown, arguments if isinstance(arguments, dict) else {})
 
     return middleware
+
+
+async def bounded_errors(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    try:
+        return await call_next(ctx)
+    except MCPError as exc:
+        data = exc.data if len(repr(exc.data)) <= ERROR_ECHO else None
+        if len(exc.message) <= ERROR_ECHO and data is exc.data:
+            raise
+        message = exc.message[:ERROR_ECHO] + ("..." if len(exc.message) > ERROR_ECHO else "")
+        raise MCPError(exc.code, message, data) from None

@@ -14,7 +14,7 @@ from pg_mcp_server.config import Settings, package_version
 from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
-from pg_mcp_server.middleware import instructions_with_audit, unknown_tool
+from pg_mcp_server.middleware import bounded_errors, instructions_with_audit, unknown_tool
 from pg_mcp_server.tools.query_tools import query_tools
 from pg_mcp_server.tools.registry import PgTool
 from pg_mcp_server.tools.relationship_tools import relationship_tools
@@ -91,5 +91,7 @@ def build_server(
         lifespan=lifespan,
         log_level=settings.server.log_level,
     )
-    server.middleware.extend([instructions_with_audit(instructions), unknown_tool(server)])
+    server.middleware.extend(
+        [bounded_errors, instructions_with_audit(instructions), unknown_tool(server)]
+    )
     return server
