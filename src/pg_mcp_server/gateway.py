@@ -58,11 +58,11 @@ async def _respond_raw(
     await send({"type": "http.response.body", "body": payload})
 
 
-def _rpc_error(code: int, message: str, data: Any = None) -> dict[str, Any]:
+def _rpc_error(code: int, message: str, data: Any = None, request_id: Any = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    return {"jsonrpc": "2.0", "id": None, "error": error}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -84,8 +84,8 @@ class Gateway:
         self.wait_s = settings.database.pool_timeout  # a request above the limit waits this long
         self.allowed_hosts = ", ".join(srv.allowed_hosts)
         self.allowed_origins = ", ".join(srv.allowed_origins)
-        self.in_flight = 0  # requests whose response is not sent yet
-        self._slots: anyio.Semaphore | None = None  # made in the event loop, on first use
+        # One per request whose response is not sent yet; made in the event loop, on first use.
+        self._slots: anyio.Semaphore | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -139,16 +139,13 @@ class Gateway:
                 {"Retry-After": "1"},
             )
             return
-        self.in_flight += 1
-        released = False
+        slots, released = self._slots, False
 
         def release() -> None:
             nonlocal released
             if not released:
                 released = True
-                self.in_flight -= 1
-                assert self._slots is not None
-                self._slots.release()
+                slots.release()
 
         async def sent(message: Message) -> None:
             await send(message)
@@ -181,7 +178,7 @@ class Gateway:
         )
         logger.info("HTTP: %s", message)
         data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version}
-        return {**_rpc_error(UNSUPPORTED_PROTOCOL_VERSION, message, data), "id": request_id}
+        return _rpc_error(UNSUPPORTED_PROTOCOL_VERSION, message, data, request_id)
 
     def _explained(self, scope: Scope, send: Send) -> Send:
         """`send`, with the SDK's bare 421 (Host) and 403 (Origin) refusals replaced by answers

@@ -258,27 +258,34 @@ async def _write_all(fd: int, data: bytes) -> None:
             await anyio.wait_writable(fd)
 
 
-@contextlib.contextmanager
-def _behind_pipes() -> Any:
-    """fd 0 and 1 moved behind pipes; yields (client stdin, client stdout, SDK's input writer,
-    SDK's output reader) and puts the client's descriptors back on the way out."""
-    wire_in, wire_out = os.dup(0), os.dup(1)
-    sdk_in_r, sdk_in_w = os.pipe()
-    sdk_out_r, sdk_out_w = os.pipe()
-    os.dup2(sdk_in_r, 0)
-    os.dup2(sdk_out_w, 1)
-    os.close(sdk_in_r)
-    os.close(sdk_out_w)
-    os.set_blocking(sdk_in_w, False)
-    os.set_blocking(sdk_out_r, False)
-    closed: list[int] = []
-    try:
-        yield wire_in, wire_out, sdk_in_w, sdk_out_r, closed
-    finally:
-        os.dup2(wire_in, 0)
-        os.dup2(wire_out, 1)
-        for fd in (wire_in, sdk_in_w, sdk_out_r):
-            if fd not in closed:
+class _Pipes:
+    """fd 0 and 1 moved behind pipes of ours, for the SDK's transport to claim: `wire_in` and
+    `wire_out` are the client's stdin and stdout, `sdk_in` what the SDK reads, `sdk_out` what
+    it writes (both ours, so non-blocking)."""
+
+    def __init__(self) -> None:
+        self.wire_in, self.wire_out = os.dup(0), os.dup(1)
+        sdk_reads, self.sdk_in = os.pipe()
+        self.sdk_out, sdk_writes = os.pipe()
+        os.dup2(sdk_reads, 0)
+        os.dup2(sdk_writes, 1)
+        os.close(sdk_reads)
+        os.close(sdk_writes)
+        os.set_blocking(self.sdk_in, False)
+        os.set_blocking(self.sdk_out, False)
+
+    def end_sdk_input(self) -> None:
+        """The SDK reads end-of-input and ends its session as if the client had gone."""
+        os.close(self.sdk_in)
+        self.sdk_in = -1
+
+    def restore(self) -> None:
+        """The client's descriptors back on fd 0 and 1. (`wire_out` stays open: the writer
+        thread may still be writing to it.)"""
+        os.dup2(self.wire_in, 0)
+        os.dup2(self.wire_out, 1)
+        for fd in (self.wire_in, self.sdk_in, self.sdk_out):
+            if fd >= 0:
                 os.close(fd)
 
 
@@ -290,34 +297,34 @@ async def serve(server: MCPServer[Any], signals: Signals, max_line: int) -> None
     def request_stop(*_: object) -> None:  # from a signal handler or the writer thread
         loop.call_soon_threadsafe(stop.set)
 
-    with _behind_pipes() as (wire_in, wire_out, sdk_in, sdk_out, closed):
-        writer = _Writer(wire_out, request_stop)
-        session = _Session(wire_in, writer, max_line, stop)
-        try:
-            async with anyio.create_task_group() as tasks, signals.serving(request_stop):
-                run = anyio.CancelScope()
+    pipes = _Pipes()
+    writer = _Writer(pipes.wire_out, request_stop)
+    session = _Session(pipes.wire_in, writer, max_line, stop)
+    try:
+        async with anyio.create_task_group() as tasks, signals.serving(request_stop):
+            run = anyio.CancelScope()
 
-                async def supervise() -> None:
-                    await stop.wait()
-                    signals.stopping()
-                    await session.settle(GRACE_S)
-                    session.reading.cancel()
-                    await session.read_done.wait()  # nothing writes to sdk_in any more
-                    os.close(sdk_in)  # the SDK reads end-of-input and ends its session
-                    closed.append(sdk_in)
-                    run.deadline = anyio.current_time() + STOP_S
+            async def supervise() -> None:
+                await stop.wait()
+                signals.stopping()
+                await session.settle(GRACE_S)
+                session.reading.cancel()
+                await session.read_done.wait()  # nothing writes to sdk_in any more
+                pipes.end_sdk_input()
+                run.deadline = anyio.current_time() + STOP_S
 
-                tasks.start_soon(session.pump_in, sdk_in)
-                tasks.start_soon(session.pump_out, sdk_out)
-                tasks.start_soon(supervise)
-                with run:
-                    await server.run_stdio_async()
-                if run.cancelled_caught:
-                    logger.warning("the MCP session did not end within %s s; cut short", STOP_S)
-                tasks.cancel_scope.cancel()
-            session.drain(sdk_out)
-            session.answer_the_rest()
-            await writer.drained(1.0)
-        finally:
-            signals.stopping()
-            writer.close()
+            tasks.start_soon(session.pump_in, pipes.sdk_in)
+            tasks.start_soon(session.pump_out, pipes.sdk_out)
+            tasks.start_soon(supervise)
+            with run:
+                await server.run_stdio_async()
+            if run.cancelled_caught:
+                logger.warning("the MCP session did not end within %s s; cut short", STOP_S)
+            tasks.cancel_scope.cancel()
+        session.drain(pipes.sdk_out)
+        session.answer_the_rest()
+        await writer.drained(1.0)
+    finally:
+        signals.stopping()
+        writer.close()
+        pipes.restore()

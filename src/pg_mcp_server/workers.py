@@ -103,13 +103,6 @@ def _worker(
 
 def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Signals) -> None:
     srv = settings.server
-    shared = None
-    if srv.workers > 1 and not reuse_port():
-        shared = _listen(srv.host, srv.port, reuse_port=False)
-    elif srv.workers > 1 and srv.port == 0:  # `--port 0`: every worker must bind the same one
-        with _listen(srv.host, 0, reuse_port=True) as probe:
-            srv = srv.model_copy(update={"port": probe.getsockname()[1]})
-        settings = settings.model_copy(update={"server": srv})
     logger.info(
         "serving Streamable HTTP on http://%s:%s/mcp (auth %s, %d worker%s)",
         srv.host,
@@ -121,6 +114,7 @@ def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Sig
     if srv.workers == 1:
         _uvicorn(settings, role_warnings, None, signals)
         return
+    shared = None if reuse_port() else _listen(srv.host, srv.port, reuse_port=False)
     try:
         _supervise(srv.workers, settings, role_warnings, shared)
     finally:
