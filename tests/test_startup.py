@@ -17,14 +17,17 @@ from serverproc import EXECUTABLE, Server, clean_env, uv_run
 SECRET = "s3cret-never-shown"
 
 
-def start(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def start(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [EXECUTABLE, *args],
         capture_output=True,
         text=True,
-        env=clean_env(**env),
+        env=clean_env(**(env or {})),
         timeout=120,
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
 
 
@@ -53,15 +56,7 @@ def start(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_a_misconfiguration_is_one_line_naming_it(
     tmp_path: Path, env: dict[str, str], args: list[str], expected: str
 ) -> None:
-    done = subprocess.run(
-        [EXECUTABLE, *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(**env),
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,  # no .env here
-    )
+    done = start(*args, env=env, cwd=tmp_path)  # no .env in tmp_path
     assert done.returncode == 2
     assert done.stdout == ""  # stdout is the MCP transport
     lines = done.stderr.strip().splitlines()
@@ -83,7 +78,7 @@ def test_the_demo_checks_flags_before_starting_postgresql(
     args: list[str], env: dict[str, str], code: int
 ) -> None:
     started = time.monotonic()
-    done = start(*args, **env)
+    done = start(*args, env=env)
     assert done.returncode == code, done.stderr
     assert "embedded PostgreSQL" not in done.stderr
     assert time.monotonic() - started < 30  # no initdb happened

@@ -144,17 +144,12 @@ def database(args: argparse.Namespace, settings: Settings) -> Iterator[Settings]
 
 
 async def preflight(settings: Settings) -> list[str]:
-    """The role audit on a pool of its own; raises PgMcpError when the database cannot be
-    reached (after logging where it tried)."""
+    """The role audit; raises PgMcpError when the database cannot be reached (after logging
+    where it tried)."""
     from pg_mcp_server.database.audit import RoleAudit
-    from pg_mcp_server.database.engine import Database
     from pg_mcp_server.errors import DatabaseConnectionError
 
-    db = Database(settings.database)
-    try:
-        found = await RoleAudit().run(db)
-    finally:
-        await db.dispose()
+    found = await RoleAudit().run_alone(settings.database)
     if found is None:
         raise DatabaseConnectionError("The database could not be reached.")
     return found

@@ -68,7 +68,7 @@ def build_server(
         try:
             async with anyio.create_task_group() as background:
                 if audit is not None:
-                    background.start_soon(audit.run, database)
+                    background.start_soon(audit.run_alone, settings.database)
                 yield AppContext(
                     settings=settings,
                     db=database,

@@ -11,6 +11,7 @@ import logging
 
 import anyio
 
+from pg_mcp_server.config import DatabaseSettings
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.errors import PgMcpError
 
@@ -77,6 +78,15 @@ class RoleAudit:
         finally:
             self._done.set()
         return self.found
+
+    async def run_alone(self, settings: DatabaseSettings) -> list[str] | None:
+        """`run` on a pool of its own, closed at once: the server's own pool starts empty, as
+        it would without the audit (sharing it left a second idle connection behind)."""
+        db = Database(settings)
+        try:
+            return await self.run(db)
+        finally:
+            await db.dispose()
 
     async def wait(self, timeout: float = WAIT_S) -> list[str]:
         with anyio.move_on_after(timeout):
