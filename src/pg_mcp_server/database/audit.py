@@ -86,7 +86,9 @@ class RoleAudit:
         try:
             return await self.run(db)
         finally:
-            await db.dispose()
+            # A server that stops at once (a short session) must not cut the close short.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.WAIT_S):
+                await db.dispose()
 
     async def wait(self, timeout: float = WAIT_S) -> list[str]:
         with anyio.move_on_after(timeout):
