@@ -19,12 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
 import queue
 import re
 import select
+import struct
+import termios
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -70,6 +73,19 @@ def _response_id(line: bytes) -> int | str | None:
     return None
 
 
+def _room(fd: int) -> int:
+    """Bytes a write to `fd` surely takes without blocking: a whole empty pipe's capacity
+    (Linux), or PIPE_BUF when it is writable at all."""
+    try:
+        queued = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        if queued == 0:
+            capacity: int = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+            return capacity
+    except (OSError, AttributeError):  # not a pipe (a terminal, a file), or not Linux
+        pass
+    return select.PIPE_BUF if select.select([], [fd], [], 0)[1] else 0
+
+
 class _Writer:
     """The client's stdout, written by a thread of its own: a client that reads slowly (or
     not at all) must not block the event loop. Whole lines in, whole lines out, in order."""
@@ -85,11 +101,10 @@ class _Writer:
         self._thread.start()
 
     def put(self, data: bytes) -> None:
-        # Small, and nothing queued before it: written at once when the pipe has room (a write
-        # of at most PIPE_BUF bytes to a writable pipe does not block). Waking the thread for
-        # every message cost up to a millisecond per round trip (bench/bench_stdio_layer.py).
-        small = not self.pending and len(data) <= select.PIPE_BUF and not self.broken
-        if small and select.select([], [self._fd], [], 0)[1]:
+        # Nothing queued before it and room for all of it in the pipe: written at once, which
+        # cannot block. Waking the thread for every message cost up to a millisecond per round
+        # trip (bench/bench_stdio_layer.py); it stays for large answers and slow readers.
+        if not self.pending and not self.broken and len(data) <= _room(self._fd):
             try:
                 os.write(self._fd, data)
             except OSError:
