@@ -46,6 +46,7 @@ GRACE_S = 0.5  # how long requests still running may take to answer once the ser
 STOP_S = 2.0  # how long the SDK session may take to end after that
 SHUTDOWN = -32000  # implementation-defined JSON-RPC error: answered by nobody else
 CHUNK = 65536
+PIPE_SIZE = 1 << 20  # the most an unprivileged process may ask for (fs.pipe-max-size)
 
 # The SDK writes a response as {"jsonrpc":"2.0","id":...,"result"|"error":...}: its id is read
 # from the first bytes instead of parsing a result that can be megabytes long.
@@ -300,6 +301,11 @@ class _Pipes:
         os.close(sdk_writes)
         os.set_blocking(self.sdk_in, False)
         os.set_blocking(self.sdk_out, False)
+        # Room for a large answer in one write (a 100-row result is ~100 KB; a pipe holds 64 KB
+        # by default): fewer hand-offs to the writer thread and wake-ups of the SDK's.
+        for fd in (self.sdk_out, self.wire_out):
+            with contextlib.suppress(OSError, AttributeError):  # not a pipe, or not Linux
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
     def end_sdk_input(self) -> None:
         """The SDK reads end-of-input and ends its session as if the client had gone."""
