@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 import pytest
 from mcp import Client, StdioServerParameters
-from mcpclient import call, call_error
+from mcpclient import call, call_error, connect
 from serverproc import EXECUTABLE, Server, clean_env, uv_run
 
 SECRET = "s3cret-never-shown"
@@ -137,3 +137,12 @@ def test_secrets_do_not_reach_the_demo_processes(tmp_path: Path) -> None:
             assert SECRET.encode() not in environ, process.cmdline()
     finally:
         server.close()
+
+
+async def test_the_background_audit_reaches_the_instructions(demo_dsn: str) -> None:
+    """The audit runs while the server starts serving; `initialize` still carries what it
+    found (the test database's role is a superuser), and stderr has it too."""
+    async with connect(demo_dsn) as client:
+        assert client.instructions is not None
+        assert "more rights than reading" in client.instructions
+        assert "is a superuser" in client.instructions

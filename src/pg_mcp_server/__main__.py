@@ -203,6 +203,14 @@ def serve(settings: Settings, signals: Signals) -> None:
     if settings.server.transport == "http":
         from pg_mcp_server.workers import WorkerStartFailed, serve_http
 
+        if role_warnings is None and settings.server.workers > 1:
+            # Once here rather than once per worker (each would log the same findings).
+            import anyio
+
+            from pg_mcp_server.database.audit import RoleAudit
+
+            role_warnings = anyio.run(RoleAudit().run_alone, settings.database)
+
         try:
             serve_http(settings, role_warnings, signals)
         except WorkerStartFailed as exc:

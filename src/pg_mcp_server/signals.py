@@ -40,7 +40,6 @@ class Stop(BaseException):
 class Signals:
     def __init__(self) -> None:
         self.on_hangup: Callable[[], bool] | None = None
-        self.received: int | None = None
         self._stopping = False
         self._wake: Callable[[int], None] | None = None
 
@@ -59,7 +58,6 @@ class Signals:
             logger.debug("%s while stopping: ignored", signal.Signals(signum).name)
             return
         self._stopping = True
-        self.received = signum
         logger.info("%s received: stopping", signal.Signals(signum).name)
         if self._wake is not None:
             self._wake(signum)

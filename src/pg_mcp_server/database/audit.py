@@ -72,6 +72,8 @@ class RoleAudit:
                 db.settings.target().describe(),
                 exc.message,
             )
+        except Exception:  # a bug: it must not take the server down with it
+            logger.error("the privilege audit failed", exc_info=True)
         else:
             for line in self.found:
                 logger.warning("privilege audit: %s; use a read-only role (see README)", line)
