@@ -181,7 +181,10 @@ def banner(argv: Sequence[str]) -> str:
 
     passed = [f'-e {name}="${name}"' for name in sorted(os.environ) if _is_setting(name)]
     command = shlex.join([os.path.abspath(argv[0]), *argv[1:]])
-    inspector = " ".join(["mcp-inspector --cli", *passed, command, "--method tools/list"])
+    # A minute to connect: --demo creates and starts a PostgreSQL first (the default is 15 s).
+    inspector = " ".join(
+        ["mcp-inspector --cli --connect-timeout 60000", *passed, command, "--method tools/list"]
+    )
     return (
         f"pg-mcp-server {package_version()} speaks MCP (JSON-RPC) on stdin and stdout: an MCP\n"
         "client (Claude Desktop, Claude Code, Cursor, VS Code, ...) starts it; see the README.\n"
