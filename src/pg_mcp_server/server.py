@@ -6,9 +6,9 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
@@ -28,9 +28,11 @@ from mcp_types import (
 from pydantic import AnyUrl
 
 from pg_mcp_server.app import AppContext, app_context
-from pg_mcp_server.config import Settings
+from pg_mcp_server.config import Settings, package_version
+from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.middleware import bounded_errors, instructions_with_audit, unknown_tool
 from pg_mcp_server.primitives.prompts import builtin_prompts
 from pg_mcp_server.primitives.registry import Primitives, Request
 from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
@@ -57,13 +59,6 @@ Names are case-sensitive as stored. Errors come back as JSON with a code and a s
 that carries the fix (the closest table, column or function names): follow it.
 Clients may also attach resources (pg://system_info, pg://settings, pg://stat/activity,
 pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps."""
-
-
-def _version() -> str:
-    try:
-        return version("pg-mcp-server")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"
 
 
 def all_tools(settings: Settings) -> list[PgTool]:
@@ -171,7 +166,9 @@ def build_server(
     settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
 ) -> PgMcpServer:
     """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
-    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own."""
+    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own.
+    Without `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
+    background and the instructions carry what it finds (middleware.py)."""
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
@@ -179,25 +176,35 @@ def build_server(
         guard = SqlGuard(
             strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
         )
+        audit = RoleAudit() if role_warnings is None else None
         try:
-            yield AppContext(
-                settings=settings,
-                db=database,
-                guard=guard,
-                sensitive=settings.server.sensitive_regex(),
-            )
+            async with anyio.create_task_group() as background:
+                if audit is not None:
+                    background.start_soon(audit.run_alone, settings.database)
+                yield AppContext(
+                    settings=settings,
+                    db=database,
+                    guard=guard,
+                    sensitive=settings.server.sensitive_regex(),
+                    audit=audit,
+                )
+                background.cancel_scope.cancel()
         finally:
             await guard.close()
             if db is None:
                 await database.dispose()
 
-    return PgMcpServer(
+    server = PgMcpServer(
         all_primitives(settings),
         name="pg-mcp-server",
         title="PostgreSQL MCP server",
-        version=_version(),
+        version=package_version(),
         instructions=instructions(role_warnings or []),
         tools=list(all_tools(settings)),
         lifespan=lifespan,
         log_level=settings.server.log_level,
     )
+    server.middleware.extend(
+        [bounded_errors, instructions_with_audit(instructions), unknown_tool(server)]
+    )
+    return server
