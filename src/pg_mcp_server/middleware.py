@@ -24,7 +24,8 @@ from pg_mcp_server.tools.registry import error_result
 
 Middleware = ServerMiddleware[Any]
 NAME_ECHO = 100  # characters of an unknown tool's name repeated in the answer
-ERROR_ECHO = 500  # characters of a JSON-RPC error's message (its data is dropped if longer)
+ERROR_ECHO = 500  # characters of a JSON-RPC error's message
+DATA_ECHO = 2000  # characters of its data (dropped if longer)
 
 
 def instructions_with_audit(render: Callable[[list[str]], str]) -> Middleware:
@@ -73,7 +74,7 @@ async def bounded_errors(ctx: ServerRequestContext[Any, Any], call_next: CallNex
     try:
         return await call_next(ctx)
     except MCPError as exc:
-        data = exc.data if len(repr(exc.data)) <= ERROR_ECHO else None
+        data = exc.data if len(repr(exc.data)) <= DATA_ECHO else None
         if len(exc.message) <= ERROR_ECHO and data is exc.data:
             raise
         message = exc.message[:ERROR_ECHO] + ("..." if len(exc.message) > ERROR_ECHO else "")
