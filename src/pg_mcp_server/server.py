@@ -65,7 +65,9 @@ def build_server(
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
         database = db or Database(settings.database)
         guard = SqlGuard(
-            strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
+            strict_comments=settings.server.block_keywords_in_comments,
+            trusted_roles=tuple(settings.server.trusted_roles),
+            allow_foreign_tables=settings.server.allow_foreign_tables,
         )
         try:
             yield AppContext(
@@ -75,7 +77,6 @@ def build_server(
                 sensitive=settings.server.sensitive_regex(),
             )
         finally:
-            await guard.close()
             if db is None:
                 await database.dispose()
 

@@ -1,0 +1,695 @@
+"""Which code a statement can make PostgreSQL run, and whether all of it is safe for a reader.
+
+From the names a statement uses (database/sqlrefs.py), every object PostgreSQL might resolve
+them to is a seed; from each object, every object whose code PostgreSQL may run on its behalf
+is reached in turn: a view's query, an operator's function (and the ones the planner calls for
+it: selectivity, commutator, negator, its operator families), a type's I/O, subscript and range
+functions, its domain constraints, the operator families that sort and hash it, a function's
+default arguments and SQL body, an aggregate's support functions, a table's policies, virtual
+generated columns, children and index families, and the casts between types in play.
+
+A function is unsafe when it is VOLATILE (apart from a few harmless built-ins), when a role that
+is not trusted owns it (its marking is that role's promise, and that role can replace it at any
+time), when it is one of the built-ins refused for what they do, or when it is a procedure. A
+foreign table is unsafe unless the operator allows them: the remote side is not under our
+read-only transaction. The statement is refused when anything it can reach is unsafe; the
+refusal names the chain from what the statement named down to the culprit.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from pg_mcp_server.database import sqltree
+from pg_mcp_server.database.safety import (
+    FIRST_USER_OID,
+    Catalog,
+    Function,
+    Relations,
+    TreeRefs,
+    tree_refs,
+)
+from pg_mcp_server.database.sqlrefs import Call, Refs, refs_of
+
+# Volatile, but harmless for a reader: nothing outlives the rolled-back transaction, nothing
+# outside the database is touched, and pg_sleep is bounded by the statement timeout. Only
+# built-ins (and extension members) of these names count: a user's `random` is judged as any.
+HARMLESS_VOLATILE = frozenset(
+    {
+        "random",
+        "random_normal",
+        "array_sample",
+        "array_shuffle",
+        "clock_timestamp",
+        "timeofday",
+        "gen_random_uuid",
+        "uuidv4",
+        "uuidv7",
+        "uuid_generate_v1",
+        "uuid_generate_v1mc",
+        "uuid_generate_v4",
+        "pg_sleep",
+        "pg_sleep_for",
+        "pg_sleep_until",
+        "pg_total_relation_size",
+        "pg_relation_size",
+        "pg_table_size",
+        "pg_indexes_size",
+        "pg_database_size",
+        "pg_tablespace_size",
+        "pg_partition_tree",
+        "pg_partition_ancestors",
+        "pg_is_in_recovery",
+        "pg_jit_available",
+        "pg_lock_status",
+        "pg_blocking_pids",
+        "pg_current_wal_lsn",
+        "pg_last_xact_replay_timestamp",
+        # behind harmless system views (pg_sequences, pg_prepared_xacts, pg_wait_events, ...)
+        "pg_sequence_last_value",
+        "pg_prepared_xact",
+        "pg_get_wait_events",
+        "pg_get_shmem_allocations",
+        "pg_get_shmem_allocations_numa",
+        "pg_get_backend_memory_contexts",
+        "pg_get_aios",
+        "pg_show_replication_origin_status",
+        # TABLESAMPLE methods: the handler only hands PostgreSQL its callbacks
+        "system",
+        "bernoulli",
+        "system_rows",
+        "system_time",
+    }
+)
+HARMLESS_PREFIXES = ("pg_stat_get_",)
+
+# C functions (built in, or from an extension) refused for what they do whatever they are
+# marked, by the C symbol that implements them (`prosrc`), so aliases are refused too.
+# tests/test_guard_audit.py calls every non-volatile built-in it can and checks that whatever
+# changes server state is in here.
+REFUSED_SYMBOLS = {
+    "pg_current_xact_id": "assigns a transaction ID on every call (it is marked STABLE)",
+    "txid_current": "assigns a transaction ID on every call (it is marked STABLE)",
+    **dict.fromkeys(
+        (
+            "query_to_xml",
+            "query_to_xmlschema",
+            "query_to_xml_and_xmlschema",
+            "cursor_to_xml",
+            "cursor_to_xmlschema",
+            "ts_stat1",
+            "ts_stat2",
+            "crosstab",
+            "crosstab_hash",
+            "connectby_text",
+            "connectby_text_serial",
+        ),
+        "runs SQL given to it as text, which the guard cannot see",
+    ),
+}
+# tablefunc's SQL-text functions by name, for servers where a stand-in takes their place.
+REFUSED_NAMES = frozenset({"crosstab", "crosstab2", "crosstab3", "crosstab4", "connectby"})
+
+# Built-ins that name a relation, a schema or a type in an argument's value and run its code:
+# allowed when that value is a constant the guard can check, refused anywhere else.
+# symbol -> (argument position, argument name); position None: the whole database.
+NAMING_SYMBOLS: dict[str, tuple[int | None, str | None]] = {
+    **dict.fromkeys(
+        ("table_to_xml", "table_to_xmlschema", "table_to_xml_and_xmlschema"), (0, "tbl")
+    ),
+    **dict.fromkeys(
+        ("schema_to_xml", "schema_to_xmlschema", "schema_to_xml_and_xmlschema"), (0, "schema")
+    ),
+    **dict.fromkeys(
+        ("database_to_xml", "database_to_xmlschema", "database_to_xml_and_xmlschema"),
+        (None, None),
+    ),
+    "pg_input_is_valid": (1, "type_name"),
+    "pg_input_error_info": (1, "type_name"),
+}
+_NAMES_AT_RUN_TIME = "reads the relation, schema or type named in an argument's value"
+
+# Argument types through which `x.f` / `(x).f` can call f with a row.
+_ROW_ARGUMENTS = frozenset(
+    {"record", "anyelement", "anycompatible", "anynonarray", "anycompatiblenonarray"}
+)
+
+FUNCTION, OPERATOR, TYPE, RELATION, ROW, FAMILY, CAST = (
+    "function",
+    "operator",
+    "type",
+    "relation",
+    "row",
+    "family",
+    "cast",
+)
+Obj = tuple[str, int]
+ALL_SCHEMAS = "*"  # database_to_xml: every schema a reader sees
+
+
+@dataclass(frozen=True)
+class Refusal:
+    rule: str
+    reason: str  # what is wrong with the culprit
+    chain: tuple[str, ...]  # from what the statement named down to the culprit
+    suggestion: str = ""
+
+    @property
+    def message(self) -> str:
+        culprit = self.chain[-1]
+        if len(self.chain) == 1:
+            return f"The {culprit} is not allowed: it {self.reason}."
+        return (
+            f"The {self.chain[0]} is not allowed: it runs {culprit}, which {self.reason} "
+            f"(through {' -> '.join(self.chain)})."
+        )
+
+
+@dataclass
+class Lookups:
+    """Names resolved for a statement, as (schema oid, name) pairs per kind."""
+
+    functions: set[tuple[int, str]] = field(default_factory=set)
+    operators: set[tuple[int, str]] = field(default_factory=set)
+    types: set[tuple[int, str]] = field(default_factory=set)
+    relations: set[tuple[int, str]] = field(default_factory=set)
+    schemas: set[str] = field(default_factory=set)  # whose relations the statement reads
+
+
+@dataclass
+class Plan:
+    """What one statement reaches under the current `Catalog` and `Relations`."""
+
+    reached: dict[Obj, Obj | None]  # each object and the one it was reached from
+    lookups: Lookups
+    refusal: Refusal | None
+    missing_relations: set[int]  # relations (by oid) to read before the plan is complete
+    missing_types: set[int]  # types neither in the catalog nor known row types
+    unresolved: bool  # names never resolved yet: the check must run before trusting this
+
+    @property
+    def complete(self) -> bool:
+        return not (self.missing_relations or self.missing_types or self.unresolved)
+
+    def user_oids(self, *kinds: str) -> list[int]:
+        """Objects reached that users made (initdb's never change, see FIRST_USER_OID)."""
+        return sorted({o for k, o in self.reached if k in kinds and o >= FIRST_USER_OID})
+
+
+@dataclass
+class Judge:
+    """Static judgements over one `Catalog` (memoised), and statement plans."""
+
+    catalog: Catalog
+    allow_foreign_tables: bool = False
+    _bodies: dict[int, Refs | str] = field(default_factory=dict)
+    _trees: dict[tuple[str, int], TreeRefs] = field(default_factory=dict)
+    _verdicts: dict[int, tuple[str, str] | None] = field(default_factory=dict)
+    _unsafe_symbols: dict[str, bool] = field(default_factory=dict)
+    _risky_casts: list[int] | None = None
+
+    # --- naming objects in messages ----------------------------------------------------
+
+    def describe(self, obj: Obj, relations: Relations) -> str:
+        kind, oid = obj
+        c = self.catalog
+        if kind == FUNCTION and oid in c.functions:
+            f = c.functions[oid]
+            args = ", ".join(c.type_name(t) for t in f.types[: f.nargs])
+            what = "procedure" if f.kind == "p" else "function"
+            return f"{what} {c.qualified(f.schema, f.name)}({args})"
+        if kind == OPERATOR and oid in c.operators:
+            o = c.operators[oid]
+            args = ", ".join(c.type_name(t) if t else "NONE" for t in (o.left, o.right))
+            return f"operator {c.qualified(o.schema, o.name)}({args})"
+        if kind == TYPE and oid in c.types:
+            label = {"d": "domain", "r": "range type", "m": "multirange type"}
+            return f"{label.get(c.types[oid].kind, 'type')} {c.type_name(oid)}"
+        if kind in (RELATION, ROW) and oid in relations.by_oid:
+            r = relations.by_oid[oid]
+            label = {"v": "view", "m": "materialized view", "f": "foreign table"}
+            name = f"{label.get(r.kind, 'table')} {c.qualified(r.schema, r.name)}"
+            return f"row type of {name}" if kind == ROW else name
+        if kind == CAST:
+            cast = next((x for x in c.casts if x.oid == oid), None)
+            if cast is not None:
+                return f"cast from {c.type_name(cast.source)} to {c.type_name(cast.target)}"
+        if kind == FAMILY:
+            return f"operator family {oid}"
+        return f"{kind} {oid}"
+
+    # --- functions -------------------------------------------------------------------
+
+    def _trusted(self, f: Function) -> bool:
+        return f.oid < FIRST_USER_OID or f.extension_member or f.owner in self.catalog.trusted_roles
+
+    def _harmless(self, f: Function) -> bool:
+        return (f.oid < FIRST_USER_OID or f.extension_member) and (
+            f.name in HARMLESS_VOLATILE or f.name.startswith(HARMLESS_PREFIXES)
+        )
+
+    def _symbol_unsafe(self, symbol: str) -> bool:
+        """Whether a C symbol is unsafe, judged by the built-ins that use it (an untrusted
+        role may own an internal function, such as its range type's constructor, but cannot
+        choose what C code it runs)."""
+        if symbol not in self._unsafe_symbols:
+            builtins = [
+                f
+                for fs in self.catalog.functions_named.values()
+                for f in fs
+                if f.oid < FIRST_USER_OID and f.language == "internal" and f.source == symbol
+            ]
+            self._unsafe_symbols[symbol] = not builtins or any(
+                f.volatility == "v" and not self._harmless(f) for f in builtins
+            )
+        return self._unsafe_symbols[symbol]
+
+    def function_verdict(self, oid: int) -> tuple[str, str] | None:
+        """(rule, reason) when the function itself is unsafe, whatever it calls."""
+        if oid in self._verdicts:
+            return self._verdicts[oid]
+        f = self.catalog.functions.get(oid)
+        verdict: tuple[str, str] | None = None
+        if f is None:
+            verdict = ("unknown_object", "is not in the catalog the guard read")
+        elif f.kind == "p":
+            verdict = ("procedure", "is a procedure")
+        elif f.language in ("internal", "c") and f.source in REFUSED_SYMBOLS:
+            verdict = ("refused_function", REFUSED_SYMBOLS[f.source])
+        elif f.name in REFUSED_NAMES:
+            verdict = (
+                "refused_function",
+                "runs SQL given to it as text, which the guard cannot see",
+            )
+        elif f.language == "internal" and f.source in NAMING_SYMBOLS:
+            verdict = ("names_object_at_run_time", _NAMES_AT_RUN_TIME)
+        elif f.language == "internal" and not self._trusted(f):
+            if self._symbol_unsafe(f.source or ""):
+                verdict = ("untrusted_owner", f"is owned by role {f.owner_name!r}")
+        elif not self._trusted(f):
+            verdict = (
+                "untrusted_owner",
+                f"is owned by role {f.owner_name!r}, which is not trusted (its marking is that "
+                "role's promise, and it can replace the function at any time)",
+            )
+        elif f.volatility == "v" and not self._harmless(f):
+            verdict = ("volatile_function", "is VOLATILE: it may change the database or the server")
+        elif isinstance(self._body(f), str):
+            verdict = ("unanalysable_body", str(self._body(f)))
+        self._verdicts[oid] = verdict
+        return verdict
+
+    def _body(self, f: Function) -> Refs | str | None:
+        """The names an SQL-language body kept as text uses, or why it cannot be read."""
+        if f.language != "sql" or f.source is None:
+            return None
+        if f.oid not in self._bodies:
+            tree = sqltree.parse(f.source)
+            if tree is None:
+                self._bodies[f.oid] = "has an SQL body the guard cannot parse"
+            else:
+                refs = refs_of(tree)
+                other = sorted(refs.statements - {"SelectStmt"})
+                self._bodies[f.oid] = (
+                    f"has an SQL body with {', '.join(other)} statements" if other else refs
+                )
+        return self._bodies[f.oid]
+
+    def tree(self, kind: str, oid: int, text: str) -> TreeRefs:
+        """A catalog object's stored tree, read once."""
+        if (kind, oid) not in self._trees:
+            self._trees[(kind, oid)] = tree_refs(text)
+        return self._trees[(kind, oid)]
+
+    def function_path(self, f: Function) -> tuple[int, ...]:
+        """The schemas an SQL body's names resolve in: its own search_path, else the
+        caller's (pg_catalog first unless listed)."""
+        if f.search_path is None:
+            return self.catalog.path
+        names = [n.strip().strip('"') for n in f.search_path.split(",")]
+        names = [self.catalog.role if n == "$user" else n for n in names]
+        if "pg_catalog" not in names:
+            names.insert(0, "pg_catalog")
+        return tuple(self.catalog.schema_oids[n] for n in names if n in self.catalog.schema_oids)
+
+    # --- reaching ----------------------------------------------------------------------
+
+    def plan(self, refs: Refs, relations: Relations) -> Plan:
+        walk = _Walk(self, relations)
+        walk.statement(refs)
+        walk.run()
+        return walk.finish()
+
+    def risky_casts(self) -> list[int]:
+        """Casts that may call unsafe code: made after initdb, or with an unsafe function."""
+        if self._risky_casts is None:
+            self._risky_casts = [
+                i
+                for i, cast in enumerate(self.catalog.casts)
+                if cast.function
+                and (cast.oid >= FIRST_USER_OID or self.function_verdict(cast.function))
+            ]
+        return self._risky_casts
+
+
+class _Walk:
+    """One breadth-first walk from a statement's names (see Judge.plan)."""
+
+    def __init__(self, judge: Judge, relations: Relations) -> None:
+        self.judge = judge
+        self.c = judge.catalog
+        self.relations = relations
+        self.reached: dict[Obj, Obj | None] = {}
+        self.queue: deque[Obj] = deque()
+        self.lookups = Lookups()
+        self.missing_relations: set[int] = set()
+        self.missing_types: set[int] = set()
+        self.unresolved = False
+        self.refusal: Refusal | None = None
+        self.exempt: set[int] = set()
+
+    def add(self, obj: Obj, parent: Obj | None) -> None:
+        if obj[1] and obj not in self.reached:
+            self.reached[obj] = parent
+            self.queue.append(obj)
+
+    def refuse(self, rule: str, reason: str, chain: tuple[str, ...], suggestion: str) -> None:
+        if self.refusal is None:
+            self.refusal = Refusal(rule, reason, chain, suggestion)
+
+    # --- names -------------------------------------------------------------------------
+
+    def schemas(self, schema: str | None, path: tuple[int, ...]) -> tuple[int, ...]:
+        if schema is None:
+            return path
+        oid = self.c.schema_oids.get(schema)
+        return (oid,) if oid is not None else ()
+
+    def functions(
+        self, schema: str | None, name: str, nargs: int, path: tuple[int, ...]
+    ) -> Iterator[Function]:
+        for nsp in self.schemas(schema, path):
+            self.lookups.functions.add((nsp, name))
+            for f in self.c.functions_named.get(name, ()):
+                if f.schema == nsp and f.accepts(nargs):
+                    yield f
+
+    def types(self, schema: str | None, name: str, path: tuple[int, ...]) -> Iterator[int]:
+        """The type a name resolves to (the first schema that has it), or the relations whose
+        row type it may be."""
+        schemas = self.schemas(schema, path)
+        for nsp in schemas:
+            self.lookups.types.add((nsp, name))
+        for nsp in schemas:
+            typ = self.c.types_named.get((nsp, name))
+            if typ is not None:
+                yield typ.oid
+                return
+        yield from (-oid for oid in self.relation_names(schemas, name))
+
+    def relation_names(self, schemas: Iterable[int], name: str) -> Iterator[int]:
+        for nsp in schemas:
+            key = (nsp, name)
+            self.lookups.relations.add(key)
+            if key not in self.relations.named:
+                self.unresolved = True
+            yield from self.relations.named.get(key, ())
+
+    def names(self, refs: Refs, parent: Obj | None, path: tuple[int, ...]) -> None:
+        """Every object the names in `refs` may resolve to, reached from `parent`."""
+        for schema, name, nargs in refs.functions:
+            for f in self.functions(schema, name, nargs, path):
+                if parent is None and f.oid in self.exempt:
+                    continue  # a call whose named object was checked (see `calls`)
+                self.add((FUNCTION, f.oid), parent)
+            if nargs == 1:  # `name(x)` is a cast to type `name` when no function fits
+                for t in self.types(schema, name, path):
+                    self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
+        for name in refs.row_functions:
+            for f in self.functions(None, name, 1, path):
+                if self.row_argument(f):
+                    self.add((FUNCTION, f.oid), parent)
+        for schema, name, prefix in refs.operators:
+            for nsp in self.schemas(schema, path):
+                self.lookups.operators.add((nsp, name))
+                for o in self.c.operators_named.get(name, ()):
+                    if o.schema == nsp and (o.kind == "l") == prefix:
+                        self.add((OPERATOR, o.oid), parent)
+        for schema, name in refs.types:
+            for t in self.types(schema, name, path):
+                self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
+        for schema, name in refs.relations:
+            for oid in self.relation_names(self.schemas(schema, path), name):
+                self.add((RELATION, oid), parent)
+
+    def row_argument(self, f: Function) -> bool:
+        if not f.types:
+            return False
+        typ = self.c.types.get(f.types[0])
+        return typ is None or typ.kind == "c" or typ.name in _ROW_ARGUMENTS
+
+    def statement(self, refs: Refs) -> None:
+        path = self.c.path
+        self.calls(refs.calls, path)
+        self.names(refs, None, path)
+
+    def calls(self, calls: tuple[Call, ...], path: tuple[int, ...]) -> None:
+        """Calls that name an object in a value: check that object, or refuse the call."""
+        literal_ok: dict[int, bool] = {}
+        for call in calls:
+            for f in self.functions(call.schema, call.name, len(call.args), path):
+                if f.language != "internal" or f.source not in NAMING_SYMBOLS:
+                    continue
+                position, argument = NAMING_SYMBOLS[f.source]
+                if position is None:
+                    self.lookups.schemas.add(ALL_SCHEMAS)
+                    self.schema_relations(ALL_SCHEMAS, f.oid)
+                    literal_ok.setdefault(f.oid, True)
+                    continue
+                value = _argument(call, position, argument)
+                target = self.target(f.source, value, path, f.oid) if value is not None else False
+                literal_ok[f.oid] = literal_ok.get(f.oid, True) and target
+                if not target:
+                    self.refuse(
+                        "names_object_at_run_time",
+                        f"{_NAMES_AT_RUN_TIME}, and that value is not a constant the guard can "
+                        "check",
+                        (self.judge.describe((FUNCTION, f.oid), self.relations),),
+                        "Pass the relation, schema or type name as a string constant.",
+                    )
+        self.exempt = {oid for oid, ok in literal_ok.items() if ok}
+
+    def target(self, symbol: str, value: str, path: tuple[int, ...], via: int) -> bool:
+        parent: Obj = (FUNCTION, via)
+        if symbol.startswith("schema_"):
+            self.lookups.schemas.add(value)
+            self.schema_relations(value, via)
+            return True
+        if symbol.startswith("table_"):
+            if value.isdigit():
+                self.add((RELATION, int(value)), parent)
+                return True
+            parts = sqltree.qualified_name(value)
+            if parts is None:
+                return False
+            schema, name = (parts[-2] if len(parts) > 1 else None), parts[-1]
+            for oid in self.relation_names(self.schemas(schema, path), name):
+                self.add((RELATION, oid), parent)
+            return True
+        type_name = sqltree.type_name(value)  # pg_input_is_valid's type
+        if type_name is None:
+            return False
+        for t in self.types(*type_name, path):
+            self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
+        return True
+
+    def schema_relations(self, schema: str, via: int) -> None:
+        if schema not in self.relations.in_schema:
+            self.unresolved = True
+        for oid in self.relations.in_schema.get(schema, ()):
+            self.add((RELATION, oid), (FUNCTION, via))
+
+    # --- edges -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        casts_done: set[int] = set()
+        while True:
+            while self.queue:
+                obj = self.queue.popleft()
+                self.check(obj)
+                self.edges(obj)
+            # Casts between types in play (built-in types always are: literals, syntax).
+            types = {o for k, o in self.reached if k == TYPE}
+            for i in self.judge.risky_casts():
+                cast = self.c.casts[i]
+                if cast.oid in casts_done:
+                    continue
+                ends = (cast.source, cast.target)
+                if all(t < FIRST_USER_OID or t in types for t in ends):
+                    casts_done.add(cast.oid)
+                    user = next((t for t in ends if t in types and t >= FIRST_USER_OID), 0)
+                    self.add((CAST, cast.oid), (TYPE, user) if user else None)
+            if not self.queue:
+                return
+
+    def check(self, obj: Obj) -> None:
+        kind, oid = obj
+        if self.refusal is not None:
+            return
+        if kind == FUNCTION:
+            verdict = self.judge.function_verdict(oid)
+            if verdict is not None:
+                self.refuse(*verdict, self.chain(obj), _suggestion(verdict[0]))
+        elif kind == RELATION:
+            rel = self.relations.by_oid.get(oid)
+            if rel is not None and rel.kind == "f" and not self.judge.allow_foreign_tables:
+                self.refuse(
+                    "foreign_table",
+                    "is a foreign table: reading it runs a query on another server, outside "
+                    "this read-only transaction",
+                    self.chain(obj),
+                    "Foreign tables are refused unless the server runs with "
+                    "MCP_ALLOW_FOREIGN_TABLES=true.",
+                )
+
+    def chain(self, obj: Obj) -> tuple[str, ...]:
+        out: list[str] = []
+        current: Obj | None = obj
+        while current is not None:
+            out.append(self.judge.describe(current, self.relations))
+            current = self.reached.get(current)
+        return tuple(reversed(out))
+
+    def edges(self, obj: Obj) -> None:
+        kind, oid = obj
+        if kind == FUNCTION:
+            self.function_edges(oid, obj)
+        elif kind == OPERATOR:
+            o = self.c.operators.get(oid)
+            if o is not None:
+                for f in (o.code, o.restrict, o.join):
+                    self.add((FUNCTION, f), obj)
+                for op in (o.commutator, o.negator):
+                    self.add((OPERATOR, op), obj)
+                for t in (o.left, o.right, o.result):
+                    self.type(t, obj)
+                for fam in self.c.operator_families.get(oid, ()):
+                    self.add((FAMILY, fam), obj)
+        elif kind == TYPE:
+            self.type_edges(oid, obj)
+        elif kind in (RELATION, ROW):
+            self.relation_edges(oid, obj, full=kind == RELATION)
+        elif kind == FAMILY:
+            procs, oprs = self.c.families.get(oid, ([], []))
+            for f in procs:
+                self.add((FUNCTION, f), obj)
+            for op in oprs:
+                self.add((OPERATOR, op), obj)
+        elif kind == CAST:
+            cast = next(x for x in self.c.casts if x.oid == oid)
+            self.add((FUNCTION, cast.function), obj)
+
+    def function_edges(self, oid: int, obj: Obj) -> None:
+        f = self.c.functions.get(oid)
+        if f is None:
+            return
+        self.tree(self.judge.tree(FUNCTION, oid, f.trees), obj)
+        body = self.judge._body(f)
+        if isinstance(body, Refs):  # its naming calls are refused by their own verdict
+            self.names(body, obj, self.judge.function_path(f))
+        for g in (f.support, *f.aggregate):
+            self.add((FUNCTION, g), obj)
+        self.add((OPERATOR, f.sort_operator), obj)
+        for t in f.types:
+            self.type(t, obj)
+
+    def type(self, oid: int, parent: Obj) -> None:
+        if not oid:
+            return
+        if oid in self.c.types:
+            self.add((TYPE, oid), parent)
+        elif oid in self.relations.by_row_type:
+            self.add((ROW, self.relations.by_row_type[oid]), parent)
+        else:
+            self.missing_types.add(oid)
+
+    def type_edges(self, oid: int, obj: Obj) -> None:
+        t = self.c.types.get(oid)
+        if t is None:
+            return
+        for f in t.functions:
+            self.add((FUNCTION, f), obj)
+        for other in (t.element, t.base):
+            self.type(other, obj)
+        if t.relation:
+            self.add((ROW, t.relation), obj)
+        for i, (text, _) in enumerate(self.c.domain_checks.get(oid, ())):
+            self.tree(self.judge.tree(f"{TYPE}{i}", oid, text), obj)
+        rng = self.c.ranges.get(oid)
+        if rng is not None:
+            self.type(rng.subtype, obj)
+            self.add((FUNCTION, rng.canonical), obj)
+            self.add((FUNCTION, rng.subtype_diff), obj)
+            self.add((FAMILY, rng.subtype_family), obj)
+        if oid in self.c.multiranges:
+            self.type(self.c.multiranges[oid], obj)
+        for fam in self.c.default_families.get(oid, ()):
+            self.add((FAMILY, fam), obj)
+
+    def relation_edges(self, oid: int, obj: Obj, *, full: bool) -> None:
+        rel = self.relations.by_oid.get(oid)
+        if rel is None:
+            self.missing_relations.add(oid)
+            return
+        for t in rel.column_types:
+            self.type(t, obj)
+        if not full:
+            return
+        self.tree(rel.code, obj)
+        for child in rel.children:
+            self.add((RELATION, child), obj)
+        for fam in rel.families:
+            self.add((FAMILY, fam), obj)
+
+    def tree(self, refs: TreeRefs, parent: Obj) -> None:
+        for f in refs.functions:
+            self.add((FUNCTION, f), parent)
+        for op in refs.operators:
+            self.add((OPERATOR, op), parent)
+        for t in refs.types:
+            self.type(t, parent)
+        for r in refs.relations:
+            self.add((RELATION, r), parent)
+        for fam in refs.families:
+            self.add((FAMILY, fam), parent)
+
+    def finish(self) -> Plan:
+        return Plan(
+            reached=self.reached,
+            lookups=self.lookups,
+            refusal=self.refusal,
+            missing_relations=self.missing_relations,
+            missing_types=self.missing_types - set(self.relations.by_row_type),
+            unresolved=self.unresolved,
+        )
+
+
+def _argument(call: Call, position: int, name: str | None) -> str | None:
+    for arg_name, value in call.args:
+        if arg_name is not None and arg_name == name:
+            return value
+    if position < len(call.args) and call.args[position][0] is None:
+        return call.args[position][1]
+    return None
+
+
+def _suggestion(rule: str) -> str:
+    return {
+        "untrusted_owner": "Ask an administrator to review it; if its owner is trusted, add "
+        "that role to MCP_TRUSTED_ROLES.",
+        "volatile_function": "Use only side-effect-free functions (stable or immutable ones, "
+        "plus harmless volatile ones such as random() or clock_timestamp()) and objects "
+        "built on them.",
+    }.get(rule, "Leave it out of the query.")

@@ -1,0 +1,309 @@
+"""Keeping the guard's catalog facts current: one round trip per check.
+
+Before a statement runs, one statement on the caller's connection (CHECK) reports the search
+path, the trusted roles and a digest (row count and xmin sum) of exactly the catalog rows the
+verdict rests on: the functions, operators and types the statement reached or may resolve its
+names to, their domain constraints, aggregate and extension rows, every relation reached (its
+row, columns, rule, policies, defaults, children, indexes), what the relation names resolve to,
+and the user rows of the small catalogs (casts, operator classes and families, ranges). Any
+CREATE, ALTER, DROP or GRANT there adds, removes or replaces such a row: the digest differs,
+the facts are read again, and the verdict is made anew. When the digest matches, the facts are
+those PostgreSQL will use, up to commits in the moment between the check and the statement.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.database.catalog import SNAPSHOT
+from pg_mcp_server.database.closure import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge, Plan
+from pg_mcp_server.database.safety import (
+    NOT_A_TABLE_ROW_TYPE,
+    RELATION_DIGEST,
+    SMALL_CATALOGS,
+    TRUSTED_ROLES,
+    Catalog,
+    Relations,
+    rows,
+)
+from pg_mcp_server.database.sqlrefs import Refs
+from pg_mcp_server.errors import WriteOperationDeniedError
+
+logger = logging.getLogger(__name__)
+
+# Rounds of (read what changed, check again) before giving up on a catalog that keeps moving.
+MAX_ROUNDS = 8
+_PLANS = 512
+
+
+def _digest(xmins: Iterable[int | None]) -> str:
+    values = [x for x in xmins if x is not None]
+    return f"{len(values)}:{sum(values)}"
+
+
+def _sum(rows: str) -> str:
+    return f"(SELECT count(*) || ':' || coalesce(sum(x), 0) FROM {rows})"
+
+
+def _arg(n: int, array_type: str) -> str:
+    """Parameter $n, hidden from the planner behind a subquery: the plan cannot depend on the
+    values, so after five executions PostgreSQL keeps one generic plan and stops planning this
+    long statement on every call."""
+    return f"((SELECT ${n}::{array_type}[])::{array_type}[])"
+
+
+def _pairs(n: int, catalog: str, name: str, namespace: str) -> str:
+    return (
+        f"ROWS FROM (pg_catalog.unnest({_arg(n, 'oid')}), pg_catalog.unnest({_arg(n + 1, 'name')}))"
+        f" AS k(nsp, nm) JOIN pg_catalog.{catalog} ON {name} = k.nm AND {namespace} = k.nsp"
+    )
+
+
+# The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
+# plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
+QUICK = f"""SELECT {SNAPSHOT} AS snapshot, pg_catalog.current_schemas(true)::text[] AS path,
+    pg_catalog.pg_is_in_recovery() AS standby"""
+
+_FUNCTION_ROWS = f"""(
+    SELECT p.oid, p.xmin::text::bigint FROM pg_catalog.pg_proc p WHERE p.oid = ANY {_arg(2, "oid")}
+    UNION
+    SELECT p.oid, p.xmin::text::bigint
+    FROM {_pairs(3, "pg_proc p", "p.proname", "p.pronamespace")}) s(oid, x)"""
+_AGGREGATE_ROWS = f"""(
+    SELECT a.xmin::text::bigint FROM pg_catalog.pg_aggregate a
+    WHERE a.aggfnoid = ANY {_arg(2, "oid")}) s(x)"""
+_EXTENSION_ROWS = f"""(
+    SELECT d.xmin::text::bigint FROM pg_catalog.pg_depend d
+    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+      AND d.objid = ANY {_arg(2, "oid")} AND d.deptype = 'e') s(x)"""
+_OPERATOR_ROWS = f"""(
+    SELECT o.oid, o.xmin::text::bigint FROM pg_catalog.pg_operator o
+    WHERE o.oid = ANY {_arg(5, "oid")}
+    UNION
+    SELECT o.oid, o.xmin::text::bigint
+    FROM {_pairs(6, "pg_operator o", "o.oprname", "o.oprnamespace")}) s(oid, x)"""
+_TYPE_ROWS = f"""(
+    SELECT t.oid, t.xmin::text::bigint FROM pg_catalog.pg_type t
+    WHERE t.oid = ANY {_arg(8, "oid")}
+    UNION
+    SELECT t.oid, t.xmin::text::bigint
+    FROM {_pairs(9, "pg_type t", "t.typname", "t.typnamespace")}
+    WHERE {NOT_A_TABLE_ROW_TYPE}) s(oid, x)"""
+_DOMAIN_ROWS = f"""(
+    SELECT k.xmin::text::bigint FROM pg_catalog.pg_constraint k
+    WHERE k.contypid = ANY {_arg(8, "oid")}) s(x)"""
+_RELATIONS = f"""ARRAY(
+    SELECT {RELATION_DIGEST}
+    FROM pg_catalog.unnest({_arg(11, "oid")}) WITH ORDINALITY AS k(oid, i)
+    LEFT JOIN pg_catalog.pg_class c ON c.oid = k.oid ORDER BY k.i)"""
+_NAMED = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(k.nsp::bigint, k.nm, c.oid::bigint))
+    FROM {_pairs(12, "pg_class c", "c.relname", "c.relnamespace")})"""
+_IN_SCHEMA = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(s.nm, c.oid::bigint))
+    FROM pg_catalog.unnest({_arg(14, "text")}) AS s(nm)
+    JOIN pg_catalog.pg_namespace n ON n.nspname = s.nm
+      OR (s.nm = '*' AND n.nspname !~ '^pg_' AND n.nspname <> 'information_schema')
+    JOIN pg_catalog.pg_class c
+      ON c.relnamespace = n.oid AND c.relkind IN ('r', 'm', 'v', 'p', 'f'))"""
+
+CHECK = f"""
+SELECT {SNAPSHOT} AS snapshot,
+       pg_catalog.current_schemas(true)::text[] AS path,
+       {TRUSTED_ROLES.replace("$1::text[]", _arg(1, "text"))} AS trusted,
+       {SMALL_CATALOGS} AS small,
+       {_sum(_FUNCTION_ROWS)} AS functions,
+       {_sum(_AGGREGATE_ROWS)} AS aggregates,
+       {_sum(_EXTENSION_ROWS)} AS extensions,
+       {_sum(_OPERATOR_ROWS)} AS operators,
+       {_sum(_TYPE_ROWS)} AS types,
+       {_sum(_DOMAIN_ROWS)} AS domains,
+       {_RELATIONS} AS relations,
+       {_NAMED} AS named,
+       {_IN_SCHEMA} AS in_schema
+"""
+
+
+@dataclass
+class _Checked:
+    """A plan with the CHECK arguments and the answers that would mean "nothing changed"."""
+
+    plan: Plan
+    arguments: list[Any]
+    expected: dict[str, Any]
+    verified: str | None = None  # the snapshot at which CHECK last found it current
+
+
+@dataclass
+class GuardState:
+    """The catalog facts (`Catalog`, `Relations`), their judge, and statement plans."""
+
+    trusted_roles: tuple[str, ...] = ()
+    allow_foreign_tables: bool = False
+    judge: Judge = field(default_factory=lambda: Judge(Catalog()))
+    relations: Relations = field(default_factory=Relations)
+    _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
+    _generation: int = 0
+    _busy: bool = False  # the snapshot moved at the last check
+
+    async def plan(self, refs: Refs, conn: asyncpg.Connection) -> Plan:
+        """The plan of `refs`, made from facts the check has just found current."""
+        reread_for_types = False
+        for _ in range(MAX_ROUNDS):
+            if not self.judge.catalog.loaded:
+                await self._reload(conn)
+            checked = self._checked(refs)
+            plan = checked.plan
+            if plan.missing_relations or plan.missing_types:
+                await self.relations.read(conn, plan.missing_relations, plan.missing_types)
+                if plan.missing_types - set(self.relations.by_row_type):
+                    if reread_for_types:  # a type nowhere: the guard refuses it
+                        return plan
+                    reread_for_types = True
+                    await self._reload(conn)
+                continue
+            if checked.verified is not None and not self._busy:
+                quick = await conn.fetchrow(QUICK)
+                assert quick is not None
+                if (
+                    quick["snapshot"] == checked.verified
+                    and quick["path"] == checked.expected["path"]
+                    and not quick["standby"]
+                ):
+                    return plan
+            row = await conn.fetchrow(CHECK, *checked.arguments)
+            assert row is not None
+            # Commits keep moving the snapshot: skip QUICK while that goes on.
+            self._busy = checked.verified is not None and row["snapshot"] != checked.verified
+            if await self._changed(row, checked, conn):
+                continue
+            checked.verified = row["snapshot"]
+            return plan
+        raise WriteOperationDeniedError(
+            "The database catalog kept changing while the query was checked.",
+            suggestion="Try again in a moment.",
+            context={"rule": "catalog_changing"},
+        )
+
+    async def _reload(self, conn: asyncpg.Connection) -> None:
+        self._generation += 1
+        catalog = await Catalog.read(conn, self.trusted_roles, self._generation)
+        if catalog.generation > self.judge.catalog.generation:  # keep the newest
+            self.judge = Judge(catalog, allow_foreign_tables=self.allow_foreign_tables)
+
+    def _checked(self, refs: Refs) -> _Checked:
+        key = (refs, self.judge.catalog.generation, self.relations.generation)
+        checked = self._plans.get(key)
+        if checked is None:
+            plan = self.judge.plan(refs, self.relations)
+            checked = self._arguments(plan)
+            if plan.complete:
+                self._plans[key] = checked
+                while len(self._plans) > _PLANS:
+                    self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        return checked
+
+    def _arguments(self, plan: Plan) -> _Checked:
+        c = self.judge.catalog
+        lookups = plan.lookups
+        functions = plan.user_oids(FUNCTION)
+        operators = plan.user_oids(OPERATOR)
+        types = plan.user_oids(TYPE)
+        rels = [o for o in plan.user_oids(RELATION, ROW) if o in self.relations.by_oid]
+
+        def pairs(keys: set[tuple[int, str]]) -> tuple[list[int], list[str]]:
+            ordered = sorted(keys)
+            return [k[0] for k in ordered], [k[1] for k in ordered]
+
+        fn_rows = {oid: c.functions[oid].xmin for oid in functions if oid in c.functions}
+        for nsp, name in lookups.functions:
+            fn_rows |= {f.oid: f.xmin for f in c.functions_named.get(name, ()) if f.schema == nsp}
+        op_rows = {oid: c.operators[oid].xmin for oid in operators if oid in c.operators}
+        for nsp, name in lookups.operators:
+            op_rows |= {o.oid: o.xmin for o in c.operators_named.get(name, ()) if o.schema == nsp}
+        type_rows = {oid: c.types[oid].xmin for oid in types if oid in c.types}
+        for key in lookups.types:
+            if key in c.types_named:
+                type_rows[c.types_named[key].oid] = c.types_named[key].xmin
+        known = [c.functions[o] for o in functions if o in c.functions]
+        expected = {
+            "path": list(c.path_names),
+            "trusted": list(c.trusted_roles),
+            "small": c.small,
+            "functions": _digest(fn_rows.values()),
+            "aggregates": _digest(f.aggregate_xmin for f in known),
+            "extensions": _digest(f.extension_xmin for f in known),
+            "operators": _digest(op_rows.values()),
+            "types": _digest(type_rows.values()),
+            "domains": _digest(x for t in types for _, x in c.domain_checks.get(t, ())),
+            "relations": [self.relations.by_oid[o].digest for o in rels],
+        }
+        arguments = [
+            list(c.trusted_names),
+            functions,
+            *pairs(lookups.functions),
+            operators,
+            *pairs(lookups.operators),
+            types,
+            *pairs(lookups.types),
+            rels,
+            *pairs(lookups.relations),
+            sorted(lookups.schemas),
+        ]
+        return _Checked(plan, arguments, expected)
+
+    async def _changed(
+        self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection
+    ) -> bool:
+        """Bring the facts up to date with what CHECK found; True when anything moved."""
+        expected = checked.expected
+        catalog_parts = [k for k in expected if k != "relations" and row[k] != expected[k]]
+        if catalog_parts:
+            logger.debug("guard: catalog changed (%s); reading it again", ", ".join(catalog_parts))
+            await self._reload(conn)
+            return True
+        changed = False
+        rels = checked.arguments[10]
+        stale = {
+            o
+            for o, d in zip(rels, row["relations"], strict=True)
+            if d != expected_digest(self.relations, o)
+        }
+        named: dict[tuple[int, str], set[int]] = {
+            (nsp, nm): set()
+            for nsp, nm in zip(checked.arguments[11], checked.arguments[12], strict=True)
+        }
+        for nsp, nm, oid in rows(row["named"]):
+            named[(nsp, nm)].add(oid)
+        in_schema: dict[str, set[int]] = {s: set() for s in checked.arguments[13]}
+        for schema, oid in rows(row["in_schema"]):
+            in_schema[schema].add(oid)
+        for key, oids in named.items():
+            if set(self.relations.named.get(key, ())) != oids or key not in self.relations.named:
+                self.relations.named[key] = tuple(sorted(oids))
+                changed = True
+        for schema, oids in in_schema.items():
+            if set(self.relations.in_schema.get(schema, ())) != oids or (
+                schema not in self.relations.in_schema
+            ):
+                self.relations.in_schema[schema] = tuple(sorted(oids))
+                changed = True
+        if stale:
+            await self.relations.read(conn, stale, set())
+            changed = True
+        elif changed:
+            self.relations.generation += 1
+        return changed
+
+
+def expected_digest(relations: Relations, oid: int) -> str | None:
+    rel = relations.by_oid.get(oid)
+    return rel.digest if rel is not None else None

@@ -1,0 +1,176 @@
+"""What a raw parse tree names: every catalog object a statement can reach by name.
+
+The guard decides before PostgreSQL sees the statement (parse analysis already runs code: a
+literal coerced to a domain checks its constraints), so it cannot know which overload, operator
+or cast PostgreSQL will pick. It collects every name instead, with what narrows the candidates
+cheaply (a schema, a number of arguments, prefix or infix), and the guard checks every visible
+candidate (see database/closure.py). The same reader serves SQL-language function bodies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pg_mcp_server.database.sqltree import names, walk
+
+# A_Expr kinds whose `name` is not the operator PostgreSQL runs.
+_BETWEEN = {
+    "AEXPR_BETWEEN": ("<=", ">="),
+    "AEXPR_BETWEEN_SYM": ("<=", ">="),
+    "AEXPR_NOT_BETWEEN": ("<", ">"),
+    "AEXPR_NOT_BETWEEN_SYM": ("<", ">"),
+}
+
+# Functions that name an object in a value (a relation, a schema, a type): the guard resolves
+# the literal and checks that object, and refuses a value it cannot read.
+NAMING_FUNCTIONS = frozenset(
+    {
+        "table_to_xml",
+        "table_to_xmlschema",
+        "table_to_xml_and_xmlschema",
+        "schema_to_xml",
+        "schema_to_xmlschema",
+        "schema_to_xml_and_xmlschema",
+        "database_to_xml",
+        "database_to_xmlschema",
+        "database_to_xml_and_xmlschema",
+        "pg_input_is_valid",
+        "pg_input_error_info",
+    }
+)
+
+Name = tuple[str | None, str]  # (schema or None, name)
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call of a NAMING_FUNCTIONS name: its arguments as (argument name, literal text or
+    None when the argument is not a literal)."""
+
+    schema: str | None
+    name: str
+    args: tuple[tuple[str | None, str | None], ...]
+
+
+@dataclass(frozen=True)
+class Refs:
+    """The names a statement (or a function body) uses, by kind."""
+
+    functions: frozenset[tuple[str | None, str, int]] = frozenset()  # (schema, name, nargs)
+    # `x.f` and `(x).f` call f(x) when x has no column f: names that may be such functions.
+    row_functions: frozenset[str] = frozenset()
+    operators: frozenset[tuple[str | None, str, bool]] = frozenset()  # (schema, name, prefix)
+    types: frozenset[Name] = frozenset()
+    relations: frozenset[Name] = frozenset()
+    calls: tuple[Call, ...] = ()
+    statements: frozenset[str] = frozenset()  # node names of the top-level statements
+
+    def merged(self, other: Refs) -> Refs:
+        return Refs(
+            self.functions | other.functions,
+            self.row_functions | other.row_functions,
+            self.operators | other.operators,
+            self.types | other.types,
+            self.relations | other.relations,
+            self.calls + other.calls,
+            self.statements | other.statements,
+        )
+
+
+def _qualified(parts: list[str]) -> Name:
+    """(schema, name) of a possibly qualified name list (a catalog prefix is PostgreSQL's
+    to check: it must be the current database)."""
+    return (parts[-2] if len(parts) >= 2 else None, parts[-1])
+
+
+def literal(node: Any) -> str | None:
+    """The text of a string or integer constant, also under casts ('v'::regclass); else None."""
+    while isinstance(node, dict) and "TypeCast" in node:
+        node = node["TypeCast"].get("arg")
+    if not isinstance(node, dict) or "A_Const" not in node:
+        return None
+    const = node["A_Const"]
+    if "sval" in const:
+        return str(const["sval"].get("sval", ""))
+    if "ival" in const:
+        return str(const["ival"].get("ival", 0))
+    return None
+
+
+def _call_args(args: list[Any]) -> tuple[tuple[str | None, str | None], ...]:
+    out = []
+    for arg in args:
+        if isinstance(arg, dict) and "NamedArgExpr" in arg:
+            named = arg["NamedArgExpr"]
+            out.append((named.get("name"), literal(named.get("arg"))))
+        else:
+            out.append((None, literal(arg)))
+    return tuple(out)
+
+
+def refs_of(tree: dict[str, Any]) -> Refs:
+    """Every name in a parsed statement list (pglast JSON), by kind."""
+    functions: set[tuple[str | None, str, int]] = set()
+    row_functions: set[str] = set()
+    operators: set[tuple[str | None, str, bool]] = set()
+    types: set[Name] = set()
+    relations: set[Name] = set()
+    calls: list[Call] = []
+
+    def operator(parts: list[str], prefix: bool) -> None:
+        if parts:
+            schema, name = _qualified(parts)
+            operators.add((schema, name, prefix))
+
+    for key, value in walk(tree):
+        if not isinstance(value, dict):
+            continue
+        if key == "FuncCall":
+            parts = names(value.get("funcname", []))
+            if not parts:
+                continue
+            schema, name = _qualified(parts)
+            args = value.get("args", [])
+            functions.add((schema, name, len(args)))
+            if name in NAMING_FUNCTIONS:
+                calls.append(Call(schema, name, _call_args(args)))
+        elif key == "A_Expr":
+            kind = value.get("kind", "")
+            if kind in _BETWEEN:
+                for op in _BETWEEN[kind]:
+                    operators.add((None, op, False))
+            else:
+                operator(names(value.get("name", [])), "lexpr" not in value)
+        elif key == "SubLink":
+            if value.get("subLinkType") in ("ANY_SUBLINK", "ALL_SUBLINK", "ROWCOMPARE_SUBLINK"):
+                operator(names(value.get("operName", [])) or ["="], False)
+        elif key == "CaseExpr" and "arg" in value:
+            operators.add((None, "=", False))
+        elif key == "SortBy" and "useOp" in value:
+            operator(names(value["useOp"]), False)
+        elif key in ("TypeName", "typeName"):  # a typed field has no node wrapper
+            parts = names(value.get("names", []))
+            if parts:
+                types.add(_qualified(parts))
+        elif key == "RangeVar":
+            relations.add((value.get("schemaname"), value.get("relname", "")))
+        elif key == "RangeTableSample":
+            parts = names(value.get("method", []))
+            if parts:
+                schema, name = _qualified(parts)
+                functions.add((schema, name, 1))  # the method's handler function
+        elif key == "ColumnRef":
+            row_functions.update(names(value.get("fields", []))[1:])
+        elif key == "A_Indirection":
+            row_functions.update(names(value.get("indirection", [])))
+    statements = frozenset(next(iter(s["stmt"])) for s in tree.get("stmts", []) if s.get("stmt"))
+    return Refs(
+        frozenset(functions),
+        frozenset(row_functions),
+        frozenset(operators),
+        frozenset(types),
+        frozenset(relations),
+        tuple(calls),
+        statements,
+    )
