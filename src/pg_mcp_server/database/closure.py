@@ -541,7 +541,8 @@ class _Walk:
         if kind == FUNCTION:
             verdict = self.judge.function_verdict(oid)
             if verdict is not None:
-                self.refuse(*verdict, self.chain(obj), _suggestion(verdict[0]))
+                suggestion = _suggestion(verdict[0]) + self.qualify_hint(obj)
+                self.refuse(*verdict, self.chain(obj), suggestion)
         elif kind == RELATION:
             rel = self.relations.by_oid.get(oid)
             if rel is not None and rel.kind == "f" and not self.judge.allow_foreign_tables:
@@ -553,6 +554,31 @@ class _Walk:
                     "Foreign tables are refused unless the server runs with "
                     "MCP_ALLOW_FOREIGN_TABLES=true.",
                 )
+
+    def qualify_hint(self, obj: Obj) -> str:
+        """When the statement named the refused object's root by a name that built-ins share,
+        how to leave it out: the guard checks every candidate an unqualified name may reach."""
+        root = obj
+        while (parent := self.reached.get(root)) is not None:
+            root = parent
+        kind, oid = root
+        catalog = self.c.schema_oids.get("pg_catalog")
+        if kind == FUNCTION and oid in self.c.functions:
+            f = self.c.functions[oid]
+            schema, name, builtin = f.schema, f.name, f"pg_catalog.{f.name}(...)"
+            shared = any(x.schema == catalog for x in self.c.functions_named.get(name, ()))
+        elif kind == OPERATOR and oid in self.c.operators:
+            o = self.c.operators[oid]
+            schema, name, builtin = o.schema, o.name, f"OPERATOR(pg_catalog.{o.name})"
+            shared = any(x.schema == catalog for x in self.c.operators_named.get(name, ()))
+        else:
+            return ""
+        if schema == catalog or not shared:
+            return ""
+        return (
+            f" If you meant the built-in {name}, write {builtin}: an unqualified name is "
+            "checked against every object it may resolve to."
+        )
 
     def chain(self, obj: Obj) -> tuple[str, ...]:
         out: list[str] = []
