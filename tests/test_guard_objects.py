@@ -444,3 +444,33 @@ async def test_foreign_tables_are_read_when_allowed(bed: Bed) -> None:
     async with connect(bed.dsn, allow_foreign_tables=True) as allowed:
         out = await call(allowed, "execute_query", sql="SELECT id FROM planter.remote_plain")
         assert sorted(r["id"] for r in out["rows"]) == [1, 2]
+
+
+DEEP = [
+    ("nested_subqueries", "SELECT " + "(SELECT " * 1000 + "1" + ")" * 1000),
+    ("union_arms", " UNION ".join(f"SELECT {n}" for n in range(1000))),
+    ("operator_chain", "SELECT " + " + ".join(["1"] * 1000)),
+    ("nested_5000", "SELECT " + "(SELECT " * 5000 + "1" + ")" * 5000),
+]
+
+
+@pytest.mark.parametrize("tool", ["execute_query", "explain_query"])
+@pytest.mark.parametrize(("name", "sql"), DEEP, ids=[d[0] for d in DEEP])
+async def test_deeply_nested_input_is_invalid_sql(
+    client: Client, tool: str, name: str, sql: str
+) -> None:
+    body = await call_error(client, tool, sql=sql)
+    assert body["error"]["code"] == "INVALID_SQL", body["error"]
+    assert body["error"]["context"]["rule"] in ("too_deep", "syntax"), body["error"]
+
+
+async def test_deeply_nested_where_clause_is_invalid_sql(client: Client) -> None:
+    clause = "id IN " + "(SELECT " * 1000 + "1" + ")" * 1000
+    body = await call_error(
+        client,
+        "get_sample_rows",
+        schema_name="planter",
+        table_name="safe_things",
+        where_clause=clause,
+    )
+    assert body["error"]["code"] == "INVALID_SQL", body["error"]
