@@ -112,22 +112,27 @@ REFUSED_SYMBOLS = {
 # tablefunc's SQL-text functions by name, for servers where a stand-in takes their place.
 REFUSED_NAMES = frozenset({"crosstab", "crosstab2", "crosstab3", "crosstab4", "connectby"})
 
-# Built-ins that name a relation, a schema or a type in an argument's value and run its code:
-# allowed when that value is a constant the guard can check, refused anywhere else.
-# symbol -> (argument position, argument name); position None: the whole database.
-NAMING_SYMBOLS: dict[str, tuple[int | None, str | None]] = {
+# Built-ins that run the code of a relation, a schema's relations, the database's relations or a
+# type named in an argument's value: allowed where the statement passes a constant the guard
+# can check, refused anywhere else. By C symbol: (argument position, argument name, what it
+# names). The input and receive functions of types that take a type oid (record_in, range_in,
+# domain_in, ...) count too: called directly, they run the code of the type that oid names.
+NAMES_RELATION, NAMES_SCHEMA, NAMES_DATABASE, NAMES_TYPE, NAMES_TYPE_OID = "r", "s", "d", "t", "o"
+NAMING_SYMBOLS: dict[str, tuple[int, str | None, str]] = {
     **dict.fromkeys(
-        ("table_to_xml", "table_to_xmlschema", "table_to_xml_and_xmlschema"), (0, "tbl")
+        ("table_to_xml", "table_to_xmlschema", "table_to_xml_and_xmlschema"),
+        (0, "tbl", NAMES_RELATION),
     ),
     **dict.fromkeys(
-        ("schema_to_xml", "schema_to_xmlschema", "schema_to_xml_and_xmlschema"), (0, "schema")
+        ("schema_to_xml", "schema_to_xmlschema", "schema_to_xml_and_xmlschema"),
+        (0, "schema", NAMES_SCHEMA),
     ),
     **dict.fromkeys(
         ("database_to_xml", "database_to_xmlschema", "database_to_xml_and_xmlschema"),
-        (None, None),
+        (0, None, NAMES_DATABASE),
     ),
-    "pg_input_is_valid": (1, "type_name"),
-    "pg_input_error_info": (1, "type_name"),
+    "pg_input_is_valid": (1, "type_name", NAMES_TYPE),
+    "pg_input_error_info": (1, "type_name", NAMES_TYPE),
 }
 _NAMES_AT_RUN_TIME = "reads the relation, schema or type named in an argument's value"
 
@@ -146,7 +151,8 @@ FUNCTION, OPERATOR, TYPE, RELATION, ROW, FAMILY, CAST = (
     "cast",
 )
 Obj = tuple[str, int]
-ALL_SCHEMAS = "*"  # database_to_xml: every schema a reader sees
+ALL_SCHEMAS = "*"
+_OID = 26  # pg_catalog.oid  # database_to_xml: every schema a reader sees
 
 
 @dataclass(frozen=True)
@@ -283,8 +289,6 @@ class Judge:
                 "refused_function",
                 "runs SQL given to it as text, which the guard cannot see",
             )
-        elif f.language == "internal" and f.source in NAMING_SYMBOLS:
-            verdict = ("names_object_at_run_time", _NAMES_AT_RUN_TIME)
         elif f.language == "internal" and not self._trusted(f):
             if self._symbol_unsafe(f.source or ""):
                 verdict = ("untrusted_owner", f"is owned by role {f.owner_name!r}")
@@ -300,6 +304,18 @@ class Judge:
             verdict = ("unanalysable_body", str(self._body(f)))
         self._verdicts[oid] = verdict
         return verdict
+
+    def naming(self, oid: int) -> tuple[int, str | None, str] | None:
+        """(argument position, argument name, kind) when calling this function directly runs
+        the code of an object named in an argument's value (see NAMING_SYMBOLS)."""
+        f = self.catalog.functions.get(oid)
+        if f is None or f.language != "internal":
+            return None
+        if f.source in NAMING_SYMBOLS:
+            return NAMING_SYMBOLS[f.source]
+        if oid in self.catalog.input_functions and _OID in f.types[: f.nargs]:
+            return (f.types.index(_OID), None, NAMES_TYPE_OID)
+        return None
 
     def _body(self, f: Function) -> Refs | str | None:
         """The names an SQL-language body kept as text uses, or why it cannot be read."""
@@ -368,7 +384,6 @@ class _Walk:
         self.missing_types: set[int] = set()
         self.unresolved = False
         self.refusal: Refusal | None = None
-        self.exempt: set[int] = set()
 
     def add(self, obj: Obj, parent: Obj | None) -> None:
         if obj[1] and obj not in self.reached:
@@ -418,15 +433,10 @@ class _Walk:
             yield from self.relations.named.get(key, ())
 
     def names(self, refs: Refs, parent: Obj | None, path: tuple[int, ...]) -> None:
-        """Every object the names in `refs` may resolve to, reached from `parent`."""
-        for schema, name, nargs in refs.functions:
-            for f in self.functions(schema, name, nargs, path):
-                if parent is None and f.oid in self.exempt:
-                    continue  # a call whose named object was checked (see `calls`)
-                self.add((FUNCTION, f.oid), parent)
-            if nargs == 1:  # `name(x)` is a cast to type `name` when no function fits
-                for t in self.types(schema, name, path):
-                    self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
+        """Every object the names in `refs` may resolve to, reached from `parent` (None: the
+        statement itself)."""
+        for call in refs.calls:
+            self.call(call, parent, path)
         for name in refs.row_functions:
             for f in self.functions(None, name, 1, path):
                 if self.row_argument(f):
@@ -451,43 +461,50 @@ class _Walk:
         return typ is None or typ.kind == "c" or typ.name in _ROW_ARGUMENTS
 
     def statement(self, refs: Refs) -> None:
-        path = self.c.path
-        self.calls(refs.calls, path)
-        self.names(refs, None, path)
+        self.names(refs, None, self.c.path)
 
-    def calls(self, calls: tuple[Call, ...], path: tuple[int, ...]) -> None:
-        """Calls that name an object in a value: check that object, or refuse the call."""
-        literal_ok: dict[int, bool] = {}
-        for call in calls:
-            for f in self.functions(call.schema, call.name, len(call.args), path):
-                if f.language != "internal" or f.source not in NAMING_SYMBOLS:
-                    continue
-                position, argument = NAMING_SYMBOLS[f.source]
-                if position is None:
-                    self.lookups.schemas.add(ALL_SCHEMAS)
-                    self.schema_relations(ALL_SCHEMAS, f.oid)
-                    literal_ok.setdefault(f.oid, True)
-                    continue
-                value = _argument(call, position, argument)
-                target = self.target(f.source, value, path, f.oid) if value is not None else False
-                literal_ok[f.oid] = literal_ok.get(f.oid, True) and target
-                if not target:
-                    self.refuse(
-                        "names_object_at_run_time",
-                        f"{_NAMES_AT_RUN_TIME}, and that value is not a constant the guard can "
-                        "check",
-                        (self.judge.describe((FUNCTION, f.oid), self.relations),),
-                        "Pass the relation, schema or type name as a string constant.",
-                    )
-        self.exempt = {oid for oid, ok in literal_ok.items() if ok}
+    def call(self, call: Call, parent: Obj | None, path: tuple[int, ...]) -> None:
+        nargs = len(call.args)
+        for f in self.functions(call.schema, call.name, nargs, path):
+            naming = self.judge.naming(f.oid)
+            if naming is None:
+                self.add((FUNCTION, f.oid), parent)
+            elif parent is None and self.target(naming, call, path, f.oid):
+                pass  # the statement names a constant object: that object is checked instead
+            else:
+                self.refuse_naming(f.oid, parent)
+        if nargs == 1:  # `name(x)` is a cast to type `name` when no function fits
+            for t in self.types(call.schema, call.name, path):
+                self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
 
-    def target(self, symbol: str, value: str, path: tuple[int, ...], via: int) -> bool:
+    def refuse_naming(self, oid: int, parent: Obj | None) -> None:
+        chain = self.chain(parent) if parent is not None else ()
+        self.refuse(
+            "names_object_at_run_time",
+            f"{_NAMES_AT_RUN_TIME}, and the guard can only check such a name when the statement "
+            "passes it as a constant",
+            (*chain, self.judge.describe((FUNCTION, oid), self.relations)),
+            "Pass the relation, schema or type name as a string constant in the query itself.",
+        )
+
+    def target(
+        self, naming: tuple[int, str | None, str], call: Call, path: tuple[int, ...], via: int
+    ) -> bool:
+        """Reach the object a call names by a constant; False when it is not a constant."""
+        position, argument, kind = naming
         parent: Obj = (FUNCTION, via)
-        if symbol.startswith("schema_"):
-            self.lookups.schemas.add(value)
+        # Named in the chain, never expanded: a built-in whose only code is the object it names.
+        self.reached.setdefault(parent, None)
+        if kind == NAMES_DATABASE:
+            self.schema_relations(ALL_SCHEMAS, via)
+            return True
+        value = _argument(call, position, argument)
+        if value is None:
+            return False
+        if kind == NAMES_SCHEMA:
             self.schema_relations(value, via)
             return True
-        if symbol.startswith("table_"):
+        if kind == NAMES_RELATION:
             if value.isdigit():
                 self.add((RELATION, int(value)), parent)
                 return True
@@ -498,7 +515,10 @@ class _Walk:
             for oid in self.relation_names(self.schemas(schema, path), name):
                 self.add((RELATION, oid), parent)
             return True
-        type_name = sqltree.type_name(value)  # pg_input_is_valid's type
+        if kind == NAMES_TYPE_OID and value.isdigit():
+            self.type(int(value), parent)
+            return True
+        type_name = sqltree.type_name(value)
         if type_name is None:
             return False
         for t in self.types(*type_name, path):
@@ -506,6 +526,7 @@ class _Walk:
         return True
 
     def schema_relations(self, schema: str, via: int) -> None:
+        self.lookups.schemas.add(schema)
         if schema not in self.relations.in_schema:
             self.unresolved = True
         for oid in self.relations.in_schema.get(schema, ()):
@@ -558,10 +579,7 @@ class _Walk:
     def qualify_hint(self, obj: Obj) -> str:
         """When the statement named the refused object's root by a name that built-ins share,
         how to leave it out: the guard checks every candidate an unqualified name may reach."""
-        root = obj
-        while (parent := self.reached.get(root)) is not None:
-            root = parent
-        kind, oid = root
+        kind, oid = self.path_to(obj)[0]
         catalog = self.c.schema_oids.get("pg_catalog")
         if kind == FUNCTION and oid in self.c.functions:
             f = self.c.functions[oid]
@@ -580,13 +598,17 @@ class _Walk:
             "checked against every object it may resolve to."
         )
 
-    def chain(self, obj: Obj) -> tuple[str, ...]:
-        out: list[str] = []
+    def path_to(self, obj: Obj) -> list[Obj]:
+        """The objects from what the statement named down to `obj`."""
+        out: list[Obj] = []
         current: Obj | None = obj
-        while current is not None:
-            out.append(self.judge.describe(current, self.relations))
+        while current is not None and current not in out:
+            out.append(current)
             current = self.reached.get(current)
-        return tuple(reversed(out))
+        return out[::-1]
+
+    def chain(self, obj: Obj) -> tuple[str, ...]:
+        return tuple(self.judge.describe(o, self.relations) for o in self.path_to(obj))
 
     def edges(self, obj: Obj) -> None:
         kind, oid = obj
@@ -681,7 +703,10 @@ class _Walk:
 
     def tree(self, refs: TreeRefs, parent: Obj) -> None:
         for f in refs.functions:
-            self.add((FUNCTION, f), parent)
+            if self.judge.naming(f) is None:
+                self.add((FUNCTION, f), parent)
+            else:
+                self.refuse_naming(f, parent)
         for op in refs.operators:
             self.add((OPERATOR, op), parent)
         for t in refs.types:

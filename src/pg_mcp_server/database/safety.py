@@ -312,6 +312,7 @@ class Catalog:
     families: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
     operator_families: dict[int, list[int]] = field(default_factory=dict)
     casts: list[Cast] = field(default_factory=list)
+    input_functions: set[int] = field(default_factory=set)  # types' input and receive functions
     generation: int = 0
     trusted_names: tuple[str, ...] = ()
     role: str = ""
@@ -358,6 +359,7 @@ class Catalog:
             self.operators[op.oid] = op
             self.operators_named.setdefault(op.name, []).append(op)
         for r in rows(row["types"]):
+            self.input_functions.update(f for f in (r[4][0], r[4][2]) if f)
             typ = Type(r[0], r[1], r[2], r[3], tuple(f for f in r[4] if f), *r[5:])
             self.types[typ.oid] = typ
             self.types_named[(typ.schema, typ.name)] = typ

@@ -22,31 +22,13 @@ _BETWEEN = {
     "AEXPR_NOT_BETWEEN_SYM": ("<", ">"),
 }
 
-# Functions that name an object in a value (a relation, a schema, a type): the guard resolves
-# the literal and checks that object, and refuses a value it cannot read.
-NAMING_FUNCTIONS = frozenset(
-    {
-        "table_to_xml",
-        "table_to_xmlschema",
-        "table_to_xml_and_xmlschema",
-        "schema_to_xml",
-        "schema_to_xmlschema",
-        "schema_to_xml_and_xmlschema",
-        "database_to_xml",
-        "database_to_xmlschema",
-        "database_to_xml_and_xmlschema",
-        "pg_input_is_valid",
-        "pg_input_error_info",
-    }
-)
-
 Name = tuple[str | None, str]  # (schema or None, name)
 
 
 @dataclass(frozen=True)
 class Call:
-    """A call of a NAMING_FUNCTIONS name: its arguments as (argument name, literal text or
-    None when the argument is not a literal)."""
+    """A function call: its name, and its arguments as (argument name, literal text or None
+    when the argument is not a literal). Some functions read the object an argument names."""
 
     schema: str | None
     name: str
@@ -57,25 +39,13 @@ class Call:
 class Refs:
     """The names a statement (or a function body) uses, by kind."""
 
-    functions: frozenset[tuple[str | None, str, int]] = frozenset()  # (schema, name, nargs)
+    calls: frozenset[Call] = frozenset()
     # `x.f` and `(x).f` call f(x) when x has no column f: names that may be such functions.
     row_functions: frozenset[str] = frozenset()
     operators: frozenset[tuple[str | None, str, bool]] = frozenset()  # (schema, name, prefix)
     types: frozenset[Name] = frozenset()
     relations: frozenset[Name] = frozenset()
-    calls: tuple[Call, ...] = ()
     statements: frozenset[str] = frozenset()  # node names of the top-level statements
-
-    def merged(self, other: Refs) -> Refs:
-        return Refs(
-            self.functions | other.functions,
-            self.row_functions | other.row_functions,
-            self.operators | other.operators,
-            self.types | other.types,
-            self.relations | other.relations,
-            self.calls + other.calls,
-            self.statements | other.statements,
-        )
 
 
 def _qualified(parts: list[str]) -> Name:
@@ -111,12 +81,11 @@ def _call_args(args: list[Any]) -> tuple[tuple[str | None, str | None], ...]:
 
 def refs_of(tree: dict[str, Any]) -> Refs:
     """Every name in a parsed statement list (pglast JSON), by kind."""
-    functions: set[tuple[str | None, str, int]] = set()
+    calls: set[Call] = set()
     row_functions: set[str] = set()
     operators: set[tuple[str | None, str, bool]] = set()
     types: set[Name] = set()
     relations: set[Name] = set()
-    calls: list[Call] = []
 
     def operator(parts: list[str], prefix: bool) -> None:
         if parts:
@@ -131,10 +100,7 @@ def refs_of(tree: dict[str, Any]) -> Refs:
             if not parts:
                 continue
             schema, name = _qualified(parts)
-            args = value.get("args", [])
-            functions.add((schema, name, len(args)))
-            if name in NAMING_FUNCTIONS:
-                calls.append(Call(schema, name, _call_args(args)))
+            calls.add(Call(schema, name, _call_args(value.get("args", []))))
         elif key == "A_Expr":
             kind = value.get("kind", "")
             if kind in _BETWEEN:
@@ -159,18 +125,17 @@ def refs_of(tree: dict[str, Any]) -> Refs:
             parts = names(value.get("method", []))
             if parts:
                 schema, name = _qualified(parts)
-                functions.add((schema, name, 1))  # the method's handler function
+                calls.add(Call(schema, name, ((None, None),)))  # the method's handler
         elif key == "ColumnRef":
             row_functions.update(names(value.get("fields", []))[1:])
         elif key == "A_Indirection":
             row_functions.update(names(value.get("indirection", [])))
     statements = frozenset(next(iter(s["stmt"])) for s in tree.get("stmts", []) if s.get("stmt"))
     return Refs(
-        frozenset(functions),
+        frozenset(calls),
         frozenset(row_functions),
         frozenset(operators),
         frozenset(types),
         frozenset(relations),
-        tuple(calls),
         statements,
     )
