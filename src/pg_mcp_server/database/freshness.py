@@ -24,11 +24,14 @@ import asyncpg
 from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.closure import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge, Plan
 from pg_mcp_server.database.safety import (
+    FIRST_USER_OID,
     NOT_A_TABLE_ROW_TYPE,
     RELATION_DIGEST,
     SMALL_CATALOGS,
     TRUSTED_ROLES,
     Catalog,
+    Function,
+    Operator,
     Relations,
     rows,
 )
@@ -58,53 +61,64 @@ def _arg(n: int, array_type: str) -> str:
     return f"((SELECT ${n}::{array_type}[])::{array_type}[])"
 
 
-def _pairs(n: int, catalog: str, name: str, namespace: str) -> str:
+def _pairs(n: int, table: str, name: str, namespace: str, where: str = "") -> str:
+    """Rows of `table` (alias t) named by the (schema oid, name) pairs in $n and $n+1, one
+    index lookup each."""
     return (
         f"ROWS FROM (pg_catalog.unnest({_arg(n, 'oid')}), pg_catalog.unnest({_arg(n + 1, 'name')}))"
-        f" AS k(nsp, nm) JOIN pg_catalog.{catalog} ON {name} = k.nm AND {namespace} = k.nsp"
+        f" AS k(nsp, nm) CROSS JOIN LATERAL (SELECT t.oid, t.xmin FROM pg_catalog.{table} t"
+        f" WHERE t.{name} = k.nm AND t.{namespace} = k.nsp{where}) t"
     )
 
+
+# Rows initdb made never change (see FIRST_USER_OID): name lookups digest only the others.
+_USER_ROWS = f" AND t.oid >= {FIRST_USER_OID}"
+_USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
+_PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND t.deptype = 'e'"
 
 # The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
 # plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
 QUICK = f"""SELECT {SNAPSHOT} AS snapshot, pg_catalog.current_schemas(true)::text[] AS path,
     pg_catalog.pg_is_in_recovery() AS standby"""
 
+
+def _each(n: int, table: str, column: str, where: str = "") -> str:
+    """Rows of `table` (alias t) whose `column` is one of the oids in $n, one index lookup
+    each (a generic plan cannot know how many there are, and might scan)."""
+    return (
+        f"pg_catalog.unnest({_arg(n, 'oid')}) AS k(o) CROSS JOIN LATERAL"
+        f" (SELECT k.o AS oid, t.xmin FROM pg_catalog.{table} t WHERE t.{column} = k.o{where}) t"
+    )
+
+
 _FUNCTION_ROWS = f"""(
-    SELECT p.oid, p.xmin::text::bigint FROM pg_catalog.pg_proc p WHERE p.oid = ANY {_arg(2, "oid")}
-    UNION
-    SELECT p.oid, p.xmin::text::bigint
-    FROM {_pairs(3, "pg_proc p", "p.proname", "p.pronamespace")}) s(oid, x)"""
-_AGGREGATE_ROWS = f"""(
-    SELECT a.xmin::text::bigint FROM pg_catalog.pg_aggregate a
-    WHERE a.aggfnoid = ANY {_arg(2, "oid")}) s(x)"""
-_EXTENSION_ROWS = f"""(
-    SELECT d.xmin::text::bigint FROM pg_catalog.pg_depend d
-    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-      AND d.objid = ANY {_arg(2, "oid")} AND d.deptype = 'e') s(x)"""
-_OPERATOR_ROWS = f"""(
-    SELECT o.oid, o.xmin::text::bigint FROM pg_catalog.pg_operator o
-    WHERE o.oid = ANY {_arg(5, "oid")}
-    UNION
-    SELECT o.oid, o.xmin::text::bigint
-    FROM {_pairs(6, "pg_operator o", "o.oprname", "o.oprnamespace")}) s(oid, x)"""
-_TYPE_ROWS = f"""(
-    SELECT t.oid, t.xmin::text::bigint FROM pg_catalog.pg_type t
-    WHERE t.oid = ANY {_arg(8, "oid")}
+    SELECT t.oid, t.xmin::text::bigint FROM {_each(2, "pg_proc", "oid")}
     UNION
     SELECT t.oid, t.xmin::text::bigint
-    FROM {_pairs(9, "pg_type t", "t.typname", "t.typnamespace")}
-    WHERE {NOT_A_TABLE_ROW_TYPE}) s(oid, x)"""
+    FROM {_pairs(3, "pg_proc", "proname", "pronamespace", _USER_ROWS)}) s(oid, x)"""
+_AGGREGATE_ROWS = f"""(
+    SELECT t.xmin::text::bigint FROM {_each(2, "pg_aggregate", "aggfnoid")}) s(x)"""
+_EXTENSION_ROWS = f"""(
+    SELECT t.xmin::text::bigint
+    FROM {_each(2, "pg_depend", "objid", _PROC_EXTENSION)}) s(x)"""
+_OPERATOR_ROWS = f"""(
+    SELECT t.oid, t.xmin::text::bigint FROM {_each(5, "pg_operator", "oid")}
+    UNION
+    SELECT t.oid, t.xmin::text::bigint
+    FROM {_pairs(6, "pg_operator", "oprname", "oprnamespace", _USER_ROWS)}) s(oid, x)"""
+_TYPE_ROWS = f"""(
+    SELECT t.oid, t.xmin::text::bigint FROM {_each(8, "pg_type", "oid")}
+    UNION
+    SELECT t.oid, t.xmin::text::bigint
+    FROM {_pairs(9, "pg_type", "typname", "typnamespace", _USER_TYPES)}) s(oid, x)"""
 _DOMAIN_ROWS = f"""(
-    SELECT k.xmin::text::bigint FROM pg_catalog.pg_constraint k
-    WHERE k.contypid = ANY {_arg(8, "oid")}) s(x)"""
+    SELECT t.xmin::text::bigint FROM {_each(8, "pg_constraint", "contypid")}) s(x)"""
 _RELATIONS = f"""ARRAY(
-    SELECT {RELATION_DIGEST}
-    FROM pg_catalog.unnest({_arg(11, "oid")}) WITH ORDINALITY AS k(oid, i)
-    LEFT JOIN pg_catalog.pg_class c ON c.oid = k.oid ORDER BY k.i)"""
+    SELECT (SELECT {RELATION_DIGEST} FROM pg_catalog.pg_class c WHERE c.oid = k.oid)
+    FROM pg_catalog.unnest({_arg(11, "oid")}) WITH ORDINALITY AS k(oid, i) ORDER BY k.i)"""
 _NAMED = f"""(
-    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(k.nsp::bigint, k.nm, c.oid::bigint))
-    FROM {_pairs(12, "pg_class c", "c.relname", "c.relnamespace")})"""
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(k.nsp::bigint, k.nm, t.oid::bigint))
+    FROM {_pairs(12, "pg_class", "relname", "relnamespace")})"""
 _IN_SCHEMA = f"""(
     SELECT pg_catalog.json_agg(pg_catalog.json_build_array(s.nm, c.oid::bigint))
     FROM pg_catalog.unnest({_arg(14, "text")}) AS s(nm)
@@ -223,16 +237,20 @@ class GuardState:
             ordered = sorted(keys)
             return [k[0] for k in ordered], [k[1] for k in ordered]
 
+        def named(objects: Iterable[Function | Operator], nsp: int) -> dict[int, int]:
+            return {o.oid: o.xmin for o in objects if o.schema == nsp and o.oid >= FIRST_USER_OID}
+
         fn_rows = {oid: c.functions[oid].xmin for oid in functions if oid in c.functions}
         for nsp, name in lookups.functions:
-            fn_rows |= {f.oid: f.xmin for f in c.functions_named.get(name, ()) if f.schema == nsp}
+            fn_rows |= named(c.functions_named.get(name, ()), nsp)
         op_rows = {oid: c.operators[oid].xmin for oid in operators if oid in c.operators}
         for nsp, name in lookups.operators:
-            op_rows |= {o.oid: o.xmin for o in c.operators_named.get(name, ()) if o.schema == nsp}
+            op_rows |= named(c.operators_named.get(name, ()), nsp)
         type_rows = {oid: c.types[oid].xmin for oid in types if oid in c.types}
         for key in lookups.types:
-            if key in c.types_named:
-                type_rows[c.types_named[key].oid] = c.types_named[key].xmin
+            typ = c.types_named.get(key)
+            if typ is not None and typ.oid >= FIRST_USER_OID:
+                type_rows[typ.oid] = typ.xmin
         known = [c.functions[o] for o in functions if o in c.functions]
         expected = {
             "path": list(c.path_names),
