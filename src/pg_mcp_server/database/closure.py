@@ -215,6 +215,7 @@ class Judge:
     _verdicts: dict[int, tuple[str, str] | None] = field(default_factory=dict)
     _unsafe_symbols: dict[str, bool] = field(default_factory=dict)
     _risky_casts: list[int] | None = None
+    _clean: frozenset[Obj] | None = None
 
     # --- naming objects in messages ----------------------------------------------------
 
@@ -358,6 +359,52 @@ class Judge:
         walk.run()
         return walk.finish()
 
+    def reuse_clean(self, other: Judge) -> None:
+        self._clean = other._clean
+
+    def clean(self) -> frozenset[Obj]:
+        """Built-in functions, operators, types and operator families whose code, and all it
+        reaches, is built in and safe: walks skip them (a statement reaches thousands through
+        '=' alone). Anything that reaches a user's object, a relation, a refused or naming
+        built-in, or an SQL body kept as text (its names resolve when called) is not clean."""
+        if self._clean is None:
+            self._clean = frozenset()  # while computing: walk everything
+            edges: list[tuple[Obj, Obj]] = []
+            walk = _Walk(self, Relations(), record=edges)
+            c = self.catalog
+            builtin = [
+                *((FUNCTION, o) for o in c.functions),
+                *((OPERATOR, o) for o in c.operators),
+                *((TYPE, o) for o in c.types),
+                *((FAMILY, o) for o in c.families),
+            ]
+            for obj in builtin:
+                if obj[1] < FIRST_USER_OID:
+                    walk.add(obj, None)
+            walk.run(casts=False)
+            dirty = {o for o in walk.reached if o[1] >= FIRST_USER_OID or o[0] in (RELATION, ROW)}
+            for kind, oid in walk.reached:
+                if (
+                    kind == FUNCTION
+                    and (
+                        self.function_verdict(oid) is not None
+                        or self.naming(oid) is not None
+                        or self._body(c.functions[oid]) is not None
+                    )
+                ) or (kind == TYPE and (c.types[oid].relation or oid in walk.missing_types)):
+                    dirty.add((kind, oid))
+            parents: dict[Obj, list[Obj]] = {}
+            for parent, child in edges:
+                parents.setdefault(child, []).append(parent)
+            todo = list(dirty)
+            while todo:  # whatever reaches something dirty is dirty
+                for parent in parents.get(todo.pop(), ()):
+                    if parent not in dirty:
+                        dirty.add(parent)
+                        todo.append(parent)
+            self._clean = frozenset(o for o in walk.reached if o not in dirty)
+        return self._clean
+
     def risky_casts(self) -> list[int]:
         """Casts that may call unsafe code: made after initdb, or with an unsafe function."""
         if self._risky_casts is None:
@@ -373,10 +420,15 @@ class Judge:
 class _Walk:
     """One breadth-first walk from a statement's names (see Judge.plan)."""
 
-    def __init__(self, judge: Judge, relations: Relations) -> None:
+    def __init__(
+        self, judge: Judge, relations: Relations, record: list[tuple[Obj, Obj]] | None = None
+    ) -> None:
         self.judge = judge
         self.c = judge.catalog
         self.relations = relations
+        # Judge.clean's walk records every edge instead of skipping clean built-ins.
+        self.record = record
+        self.clean = judge.clean() if record is None else frozenset()
         self.reached: dict[Obj, Obj | None] = {}
         self.queue: deque[Obj] = deque()
         self.lookups = Lookups()
@@ -386,7 +438,11 @@ class _Walk:
         self.refusal: Refusal | None = None
 
     def add(self, obj: Obj, parent: Obj | None) -> None:
-        if obj[1] and obj not in self.reached:
+        if not obj[1] or obj in self.clean:
+            return
+        if self.record is not None and parent is not None:
+            self.record.append((parent, obj))
+        if obj not in self.reached:
             self.reached[obj] = parent
             self.queue.append(obj)
 
@@ -534,13 +590,15 @@ class _Walk:
 
     # --- edges -------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, *, casts: bool = True) -> None:
         casts_done: set[int] = set()
         while True:
             while self.queue:
                 obj = self.queue.popleft()
                 self.check(obj)
                 self.edges(obj)
+            if not casts:
+                return
             # Casts between types in play (built-in types always are: literals, syntax).
             types = {o for k, o in self.reached if k == TYPE}
             for i in self.judge.risky_casts():

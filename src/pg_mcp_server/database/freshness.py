@@ -67,13 +67,15 @@ def _pairs(n: int, table: str, name: str, namespace: str, where: str = "") -> st
     return (
         f"ROWS FROM (pg_catalog.unnest({_arg(n, 'oid')}), pg_catalog.unnest({_arg(n + 1, 'name')}))"
         f" AS k(nsp, nm) CROSS JOIN LATERAL (SELECT t.oid, t.xmin FROM pg_catalog.{table} t"
-        f" WHERE t.{name} = k.nm AND t.{namespace} = k.nsp{where}) t"
+        f" WHERE t.{name} = k.nm AND t.{namespace} = k.nsp{where} OFFSET 0) t"
     )
 
 
 # Rows initdb made never change (see FIRST_USER_OID): name lookups digest only the others.
 _USER_ROWS = f" AND t.oid >= {FIRST_USER_OID}"
 _USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
+# (conrelid = 0, which domain constraints have, makes the lookup an index scan even for a
+# generic plan that must assume any contypid, 0 included.)
 _PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND t.deptype = 'e'"
 
 # The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
@@ -84,10 +86,12 @@ QUICK = f"""SELECT {SNAPSHOT} AS snapshot, pg_catalog.current_schemas(true)::tex
 
 def _each(n: int, table: str, column: str, where: str = "") -> str:
     """Rows of `table` (alias t) whose `column` is one of the oids in $n, one index lookup
-    each (a generic plan cannot know how many there are, and might scan)."""
+    each: OFFSET 0 keeps the planner from flattening the lookup into a join, which a generic
+    plan, not knowing how many keys there are, may make a scan of the whole catalog."""
     return (
         f"pg_catalog.unnest({_arg(n, 'oid')}) AS k(o) CROSS JOIN LATERAL"
-        f" (SELECT k.o AS oid, t.xmin FROM pg_catalog.{table} t WHERE t.{column} = k.o{where}) t"
+        f" (SELECT k.o AS oid, t.xmin FROM pg_catalog.{table} t WHERE t.{column} = k.o{where}"
+        " OFFSET 0) t"
     )
 
 
@@ -112,7 +116,8 @@ _TYPE_ROWS = f"""(
     SELECT t.oid, t.xmin::text::bigint
     FROM {_pairs(9, "pg_type", "typname", "typnamespace", _USER_TYPES)}) s(oid, x)"""
 _DOMAIN_ROWS = f"""(
-    SELECT t.xmin::text::bigint FROM {_each(8, "pg_constraint", "contypid")}) s(x)"""
+    SELECT t.xmin::text::bigint
+    FROM {_each(8, "pg_constraint", "contypid", " AND t.conrelid = 0")}) s(x)"""
 _RELATIONS = f"""ARRAY(
     SELECT (SELECT {RELATION_DIGEST} FROM pg_catalog.pg_class c WHERE c.oid = k.oid)
     FROM pg_catalog.unnest({_arg(11, "oid")}) WITH ORDINALITY AS k(oid, i) ORDER BY k.i)"""
@@ -209,7 +214,12 @@ class GuardState:
         self._generation += 1
         catalog = await Catalog.read(conn, self.trusted_roles, self._generation)
         if catalog.generation > self.judge.catalog.generation:  # keep the newest
-            self.judge = Judge(catalog, allow_foreign_tables=self.allow_foreign_tables)
+            judge = Judge(catalog, allow_foreign_tables=self.allow_foreign_tables)
+            # Which built-ins are clean depends only on the built-ins and on the user rows of
+            # the small catalogs (an operator family a superuser extended): reuse it.
+            if self.judge.catalog.loaded and catalog.small == self.judge.catalog.small:
+                judge.reuse_clean(self.judge)
+            self.judge = judge
 
     def _checked(self, refs: Refs) -> _Checked:
         key = (refs, self.judge.catalog.generation, self.relations.generation)

@@ -19,7 +19,7 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -106,8 +106,7 @@ def tree_refs(text: str | None) -> TreeRefs:
     return TreeRefs(**{k: frozenset(v) for k, v in found.items()})
 
 
-@dataclass(frozen=True, slots=True)
-class Function:
+class Function(NamedTuple):
     oid: int
     schema: int
     name: str
@@ -142,8 +141,7 @@ class Function:
         return self.nargs - self.ndefaults <= nargs <= self.nargs
 
 
-@dataclass(frozen=True, slots=True)
-class Operator:
+class Operator(NamedTuple):
     oid: int
     schema: int
     name: str
@@ -159,8 +157,7 @@ class Operator:
     xmin: int
 
 
-@dataclass(frozen=True, slots=True)
-class Type:
+class Type(NamedTuple):
     oid: int
     schema: int
     name: str
@@ -172,8 +169,7 @@ class Type:
     xmin: int
 
 
-@dataclass(frozen=True, slots=True)
-class Range:
+class Range(NamedTuple):
     subtype: int
     canonical: int
     subtype_diff: int
@@ -181,8 +177,7 @@ class Range:
     multirange: int
 
 
-@dataclass(frozen=True, slots=True)
-class Cast:
+class Cast(NamedTuple):
     oid: int
     source: int
     target: int
@@ -340,18 +335,10 @@ class Catalog:
         self.trusted_roles = tuple(row["trusted"])
         self.small = row["small"]
         for r in rows(row["functions"]):
-            fn = Function(
-                *r[:13],  # type: ignore[misc]  # oid ... support, in order
-                aggregate=tuple(o for o in r[13] or () if o),
-                sort_operator=r[14],
-                types=tuple(t for t in r[15] if t),
-                xmin=r[16],
-                aggregate_xmin=r[17],
-                extension_xmin=r[18],
-                search_path=r[19],
-                owner_name=r[20],
-                argument_names=tuple(r[21] or ()),
-            )
+            r[13] = tuple(o for o in r[13] or () if o)  # an aggregate's support functions
+            r[15] = tuple(t for t in r[15] if t)  # its types
+            r[21] = tuple(r[21] or ())  # argument names
+            fn = Function(*r)
             self.functions[fn.oid] = fn
             self.functions_named.setdefault(fn.name, []).append(fn)
         for r in rows(row["operators"]):
