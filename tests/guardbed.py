@@ -81,6 +81,17 @@ CREATE FUNCTION planter.diff(float8, float8) RETURNS float8 IMMUTABLE LANGUAGE s
     AS 'SELECT CASE WHEN planter.effect() THEN $1 - $2 END';
 CREATE TYPE planter.floatrange AS RANGE (subtype = float8, subtype_diff = planter.diff);
 
+-- an operator that a built-in one of the same signature hides (PostgreSQL never picks it)
+CREATE OPERATOR public.= (LEFTARG = int, RIGHTARG = int, FUNCTION = planter.op_fn);
+
+-- an index expression: the planner folds it when it opens the table (the function is
+-- harmless while the index is built, then replaced)
+CREATE FUNCTION planter.index_fn() RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT 0';
+CREATE TABLE planter.indexed (id int);
+CREATE INDEX ON planter.indexed ((id + planter.index_fn()));
+CREATE OR REPLACE FUNCTION planter.index_fn() RETURNS int IMMUTABLE LANGUAGE sql
+    AS 'SELECT CASE WHEN planter.effect() THEN 0 END';
+
 -- an effectful function marked STABLE, and one named like a built-in
 CREATE FUNCTION planter.liar() RETURNS boolean STABLE LANGUAGE sql AS 'SELECT planter.effect()';
 CREATE FUNCTION public.lower(int) RETURNS text IMMUTABLE LANGUAGE sql
@@ -148,6 +159,17 @@ ANALYZE public.spans;
 """
 
 # The remote side of a postgres_fdw loopback: a view whose function writes.
+# A trusted extension the planter installs (it then owns it) and adds its own function to.
+EXTENSION = """
+DO $$ BEGIN EXECUTE format('GRANT CREATE ON DATABASE %I TO {role}', current_database()); END $$;
+SET ROLE {role};
+CREATE EXTENSION pg_trgm SCHEMA public;
+CREATE FUNCTION planter.member() RETURNS boolean IMMUTABLE LANGUAGE sql
+    AS 'SELECT planter.effect()';
+ALTER EXTENSION pg_trgm ADD FUNCTION planter.member();
+RESET ROLE;
+"""
+
 REMOTE = """
 CREATE SEQUENCE public.remote_effects;
 CREATE TABLE public.written (n bigint);
@@ -213,6 +235,7 @@ class Bed:
     role: str
     xml: bool  # the server was built with libxml (the *_to_xml functions work)
     version: int  # PostgreSQL major version
+    extension: bool  # the planter could install pg_trgm (a trusted extension)
 
     async def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

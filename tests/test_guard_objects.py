@@ -19,7 +19,16 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
-from guardbed import FOREIGN, PLANT, REMOTE, SPANS, Bed, fdw_options, planter_role
+from guardbed import (
+    EXTENSION,
+    FOREIGN,
+    PLANT,
+    REMOTE,
+    SPANS,
+    Bed,
+    fdw_options,
+    planter_role,
+)
 from mcp import Client
 from mcpclient import call, call_error, connect, execute
 from pgbed import PgServer, server_features
@@ -36,6 +45,7 @@ class Attack:
     plan_time: bool = False  # plain EXPLAIN already runs the planted code
     xml: bool = False  # needs a server built with libxml to be real
     since: int = 0  # the PostgreSQL major version that has what it uses
+    extension: bool = False  # needs the planter's pg_trgm (a trusted extension)
 
     @property
     def id(self) -> str:
@@ -145,6 +155,21 @@ ATTACKS = [
         "volatile_function",
     ),
     A("shadowing_builtin", "SELECT lower(1)", "public.lower", UNTRUSTED, plan_time=True),
+    A(
+        "index_expression",
+        "SELECT * FROM planter.indexed WHERE id = 1",
+        "planter.index_fn",
+        UNTRUSTED,
+        plan_time=True,
+    ),
+    A(
+        "member_of_untrusted_extension",
+        "SELECT planter.member()",
+        "planter.member",
+        UNTRUSTED,
+        plan_time=True,
+        extension=True,
+    ),
     A(
         "view_operator",
         "SELECT * FROM planter.v_operator",
@@ -306,6 +331,8 @@ SAFE: list[tuple[str, str, list[dict[str, Any]] | None]] = [
         [{"a": True, "b": True, "c": True}],
     ),
     ("qualified_builtin", "SELECT pg_catalog.lower('X') AS v", [{"v": "x"}]),
+    # public.=(int, int) exists, planted, but pg_catalog's of the same signature hides it
+    ("hidden_operator", "SELECT 1 = 1 AS v, 2 IN (1, 2) AS w", [{"v": True, "w": True}]),
     (
         "catalog_table",
         "SELECT count(*) AS n FROM pg_catalog.pg_class WHERE relname = 'spans'",
@@ -325,11 +352,16 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
         await execute(remote.dsn, REMOTE)
         server, mapping = fdw_options(pg.admin_dsn, remote.name)
         await execute(db.dsn, FOREIGN.format(role=role, server=server, mapping=mapping))
+        try:
+            await execute(db.dsn, EXTENSION.format(role=role))
+            extension = True
+        except asyncpg.PostgresError:  # no pg_trgm on this server
+            extension = False
         xml = (await server_features(pg)).xml
         conn = await asyncpg.connect(db.dsn)
         version = conn.get_server_version().major
         await conn.close()
-        yield Bed(db.dsn, remote.dsn, role, xml, version)
+        yield Bed(db.dsn, remote.dsn, role, xml, version, extension)
     finally:
         await pg.drop_database(db.name)
         await pg.drop_database(remote.name)
@@ -374,7 +406,8 @@ async def test_planted_object_is_refused_and_changes_nothing(
     bed: Bed, client: Client, attack: Attack, tool: str
 ) -> None:
     explain = tool == "explain_query"
-    if bed.version < attack.since:  # what it uses does not exist: PostgreSQL says so
+    if bed.version < attack.since or (attack.extension and not bed.extension):
+        # What it uses does not exist here: PostgreSQL says so.
         body = await call_error(client, tool, sql=attack.sql)
         assert body["error"]["code"] == "INVALID_SQL", body
         return

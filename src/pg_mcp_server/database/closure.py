@@ -27,6 +27,7 @@ from pg_mcp_server.database.safety import (
     FIRST_USER_OID,
     Catalog,
     Function,
+    Operator,
     Relations,
     TreeRefs,
     tree_refs,
@@ -76,6 +77,9 @@ HARMLESS_VOLATILE = frozenset(
         "pg_get_backend_memory_contexts",
         "pg_get_aios",
         "pg_show_replication_origin_status",
+        # pg_stat_statements reads statistics
+        "pg_stat_statements",
+        "pg_stat_statements_info",
         # TABLESAMPLE methods: the handler only hands PostgreSQL its callbacks
         "system",
         "bernoulli",
@@ -250,10 +254,17 @@ class Judge:
     # --- functions -------------------------------------------------------------------
 
     def _trusted(self, f: Function) -> bool:
-        return f.oid < FIRST_USER_OID or f.extension_member or f.owner in self.catalog.trusted_roles
+        """Made by initdb, owned by a trusted role, or a member of an extension a trusted role
+        owns (its script's objects; the owner of an extension can add their own to it)."""
+        trusted = self.catalog.trusted_roles
+        return (
+            f.oid < FIRST_USER_OID
+            or f.owner in trusted
+            or (f.extension_member and f.extension_owner in trusted)
+        )
 
     def _harmless(self, f: Function) -> bool:
-        return (f.oid < FIRST_USER_OID or f.extension_member) and (
+        return (f.oid < FIRST_USER_OID or (f.extension_member and self._trusted(f))) and (
             f.name in HARMLESS_VOLATILE or f.name.startswith(HARMLESS_PREFIXES)
         )
 
@@ -461,11 +472,33 @@ class _Walk:
     def functions(
         self, schema: str | None, name: str, nargs: int, path: tuple[int, ...]
     ) -> Iterator[Function]:
+        """Every function a call may resolve to. Like PostgreSQL, one in a later schema of
+        the path with the same argument types as one in an earlier schema is hidden by it."""
+        seen: set[tuple[int, ...]] = set()
         for nsp in self.schemas(schema, path):
             self.lookups.functions.add((nsp, name))
-            for f in self.c.functions_named.get(name, ()):
-                if f.schema == nsp and f.accepts(nargs):
+            here = [f for f in self.c.functions_named.get(name, ()) if f.schema == nsp]
+            for f in here:
+                if f.arguments not in seen and f.accepts(nargs):
                     yield f
+            seen.update(f.arguments for f in here)
+
+    def operators(
+        self, schema: str | None, name: str, prefix: bool, path: tuple[int, ...]
+    ) -> Iterator[Operator]:
+        """Every operator a name may resolve to, hidden ones left out (see `functions`)."""
+        seen: set[tuple[int, int]] = set()
+        for nsp in self.schemas(schema, path):
+            self.lookups.operators.add((nsp, name))
+            here = [
+                o
+                for o in self.c.operators_named.get(name, ())
+                if o.schema == nsp and (o.kind == "l") == prefix
+            ]
+            for o in here:
+                if (o.left, o.right) not in seen:
+                    yield o
+            seen.update((o.left, o.right) for o in here)
 
     def types(self, schema: str | None, name: str, path: tuple[int, ...]) -> Iterator[int]:
         """The type a name resolves to (the first schema that has it), or the relations whose
@@ -498,11 +531,8 @@ class _Walk:
                 if self.row_argument(f):
                     self.add((FUNCTION, f.oid), parent)
         for schema, name, prefix in refs.operators:
-            for nsp in self.schemas(schema, path):
-                self.lookups.operators.add((nsp, name))
-                for o in self.c.operators_named.get(name, ()):
-                    if o.schema == nsp and (o.kind == "l") == prefix:
-                        self.add((OPERATOR, o.oid), parent)
+            for o in self.operators(schema, name, prefix, path):
+                self.add((OPERATOR, o.oid), parent)
         for schema, name in refs.types:
             for t in self.types(schema, name, path):
                 self.add((TYPE, t) if t > 0 else (ROW, -t), parent)

@@ -129,6 +129,8 @@ class Function(NamedTuple):
     search_path: str | None  # its own SET search_path, if any
     owner_name: str | None
     argument_names: tuple[str, ...]
+    extension_owner: int | None  # of the extension it is a member of
+    arguments: tuple[int, ...]  # its input arguments' types: its signature
 
     @property
     def extension_member(self) -> bool:
@@ -236,7 +238,9 @@ SELECT
       (SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
        WHERE c LIKE 'search\\_path=%'),
       CASE WHEN p.oid >= {FIRST_USER_OID} THEN pg_catalog.pg_get_userbyid(p.proowner) END,
-      p.proargnames))
+      p.proargnames,
+      (SELECT x.extowner::bigint FROM pg_catalog.pg_extension x WHERE x.oid = e.refobjid),
+      p.proargtypes::oid[]::bigint[]))
    FROM pg_catalog.pg_proc p
    JOIN pg_catalog.pg_language l ON l.oid = p.prolang
    LEFT JOIN pg_catalog.pg_aggregate a ON a.aggfnoid = p.oid
@@ -338,6 +342,7 @@ class Catalog:
             r[13] = tuple(o for o in r[13] or () if o)  # an aggregate's support functions
             r[15] = tuple(t for t in r[15] if t)  # its types
             r[21] = tuple(r[21] or ())  # argument names
+            r[23] = tuple(r[23])
             fn = Function(*r)
             self.functions[fn.oid] = fn
             self.functions_named.setdefault(fn.name, []).append(fn)
@@ -387,7 +392,9 @@ class Relation:
     row_type: int
     digest: str
     column_types: tuple[int, ...]
-    code: TreeRefs  # of its view rule, SELECT policies and virtual generated columns
+    # of its view rule, SELECT policies, virtual generated columns, and what the planner folds
+    # (index expressions and predicates, partition key, CHECK constraints, statistics)
+    code: TreeRefs
     children: tuple[int, ...]
     families: tuple[int, ...]  # of its indexes and partition key
     owner_name: str
@@ -410,7 +417,11 @@ RELATION_DIGEST = """c.xmin::text
         UNION ALL SELECT x.xmin::text::bigint FROM pg_catalog.pg_index x
                   WHERE x.indrelid = c.oid
         UNION ALL SELECT t.xmin::text::bigint FROM pg_catalog.pg_partitioned_table t
-                  WHERE t.partrelid = c.oid) e(x))"""
+                  WHERE t.partrelid = c.oid
+        UNION ALL SELECT k.xmin::text::bigint FROM pg_catalog.pg_constraint k
+                  WHERE k.conrelid = c.oid
+        UNION ALL SELECT s.xmin::text::bigint FROM pg_catalog.pg_statistic_ext s
+                  WHERE s.stxrelid = c.oid) e(x))"""
 
 # Relations by oid, and those whose row type (or an array of it) is one of $2.
 RELATIONS = f"""
@@ -426,7 +437,18 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
          WHERE p.polrelid = c.oid AND p.polcmd IN ('r', '*')),
         (SELECT pg_catalog.string_agg(d.adbin::text, ' ') FROM pg_catalog.pg_attrdef d
          JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
-         WHERE d.adrelid = c.oid AND a.attgenerated = 'v')),
+         WHERE d.adrelid = c.oid AND a.attgenerated = 'v'),
+        -- what the planner folds when it opens the relation (index expressions and
+        -- predicates, partition key, CHECK constraints, statistics expressions)
+        (SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', x.indexprs::text,
+                                                             x.indpred::text), ' ')
+         FROM pg_catalog.pg_index x WHERE x.indrelid = c.oid),
+        (SELECT t.partexprs::text FROM pg_catalog.pg_partitioned_table t
+         WHERE t.partrelid = c.oid),
+        (SELECT pg_catalog.string_agg(k.conbin::text, ' ') FROM pg_catalog.pg_constraint k
+         WHERE k.conrelid = c.oid AND k.contype = 'c'),
+        (SELECT pg_catalog.string_agg(s.stxexprs::text, ' ') FROM pg_catalog.pg_statistic_ext s
+         WHERE s.stxrelid = c.oid)),
     ARRAY(SELECT i.inhrelid::bigint FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid),
     ARRAY(SELECT o.opcfamily::bigint FROM pg_catalog.pg_index x
           CROSS JOIN LATERAL pg_catalog.unnest(x.indclass::oid[]) AS k(opc)
