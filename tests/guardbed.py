@@ -138,6 +138,23 @@ CREATE FUNCTION public.xid_wrapper() RETURNS xid8 STABLE LANGUAGE sql
 CREATE FUNCTION public.my_xid() RETURNS xid8 STABLE LANGUAGE internal AS 'pg_current_xact_id';
 CREATE FUNCTION public.trusted_double(int) RETURNS int IMMUTABLE LANGUAGE sql
     AS 'SELECT $1 * 2';
+CREATE FUNCTION public.trusted_plpgsql(n int) RETURNS boolean STABLE LANGUAGE plpgsql AS $$
+DECLARE ok boolean;
+BEGIN
+    ok := n > 0 AND planter.effect();
+    RETURN ok;
+END $$;
+CREATE FUNCTION public.trusted_dynamic(q text) RETURNS bigint STABLE LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    EXECUTE q INTO n;
+    RETURN n;
+END $$;
+CREATE FUNCTION public.trusted_safe_plpgsql(n int) RETURNS int IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    IF n > 0 THEN RETURN n * 3; END IF;
+    RETURN 0;
+END $$;
 
 -- Views over each kind, planted.
 SET ROLE {role};

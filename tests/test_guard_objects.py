@@ -140,6 +140,13 @@ ATTACKS = [
         UNTRUSTED,
         plan_time=True,
     ),
+    A("plpgsql_body", "SELECT public.trusted_plpgsql(1)", "planter.effect", UNTRUSTED),
+    A(
+        "plpgsql_dynamic_sql",
+        "SELECT public.trusted_dynamic('SELECT pg_catalog.pg_current_xact_id()::text::bigint')",
+        "public.trusted_dynamic",
+        "unanalysable_body",
+    ),
     A("stable_liar_untrusted", "SELECT planter.liar()", "planter.liar", UNTRUSTED, plan_time=True),
     A(
         "immutable_liar_untrusted",
@@ -324,6 +331,7 @@ SAFE: list[tuple[str, str, list[dict[str, Any]] | None]] = [
         [{"x": 3}, {"x": 2}, {"x": 1}],
     ),
     ("trusted_sql_function", "SELECT public.trusted_double(21) AS v", [{"v": 42}]),
+    ("trusted_plpgsql_function", "SELECT public.trusted_safe_plpgsql(2) AS v", [{"v": 6}]),
     (
         "builtin_ranges",
         "SELECT int4range(1, 5) @> 3 AS a, '[2020-01-01,2021-01-01)'::tstzrange "

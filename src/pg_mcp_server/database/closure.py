@@ -32,7 +32,7 @@ from pg_mcp_server.database.safety import (
     TreeRefs,
     tree_refs,
 )
-from pg_mcp_server.database.sqlrefs import Call, Refs, refs_of
+from pg_mcp_server.database.sqlrefs import Call, Refs, plpgsql_refs, refs_of
 
 # Volatile, but harmless for a reader: nothing outlives the rolled-back transaction, nothing
 # outside the database is touched, and pg_sleep is bounded by the statement timeout. Only
@@ -155,8 +155,9 @@ FUNCTION, OPERATOR, TYPE, RELATION, ROW, FAMILY, CAST = (
     "cast",
 )
 Obj = tuple[str, int]
-ALL_SCHEMAS = "*"
-_OID = 26  # pg_catalog.oid  # database_to_xml: every schema a reader sees
+ALL_SCHEMAS = "*"  # database_to_xml: every schema a reader sees
+_OID = 26  # pg_catalog.oid
+MISSING = "missing"  # (MISSING, type oid): a type not in the catalog, in Judge.clean's walk
 
 
 @dataclass(frozen=True)
@@ -330,19 +331,21 @@ class Judge:
         return None
 
     def _body(self, f: Function) -> Refs | str | None:
-        """The names an SQL-language body kept as text uses, or why it cannot be read."""
-        if f.language != "sql" or f.source is None:
+        """The names an SQL body kept as text, or a PL/pgSQL body's static SQL, uses (they
+        resolve when the function runs), or why they cannot be known."""
+        if f.source is None or f.language not in ("sql", "plpgsql"):
             return None
         if f.oid not in self._bodies:
-            tree = sqltree.parse(f.source)
-            if tree is None:
-                self._bodies[f.oid] = "has an SQL body the guard cannot parse"
+            body: Refs | str
+            if f.language == "plpgsql":
+                body = plpgsql_refs(f.source)
             else:
-                refs = refs_of(tree)
-                other = sorted(refs.statements - {"SelectStmt"})
-                self._bodies[f.oid] = (
-                    f"has an SQL body with {', '.join(other)} statements" if other else refs
-                )
+                tree = sqltree.parse(f.source)
+                body = refs_of(tree) if tree else "has an SQL body the guard cannot parse"
+            other = sorted(body.statements - {"SelectStmt"}) if isinstance(body, Refs) else []
+            if other:
+                body = f"has a body with {', '.join(other)} statements"
+            self._bodies[f.oid] = body
         return self._bodies[f.oid]
 
     def tree(self, kind: str, oid: int, text: str) -> TreeRefs:
@@ -394,6 +397,7 @@ class Judge:
                     walk.add(obj, None)
             walk.run(casts=False)
             dirty = {o for o in walk.reached if o[1] >= FIRST_USER_OID or o[0] in (RELATION, ROW)}
+            dirty |= {child for _, child in edges if child[0] == MISSING}
             for kind, oid in walk.reached:
                 if (
                     kind == FUNCTION
@@ -402,7 +406,7 @@ class Judge:
                         or self.naming(oid) is not None
                         or self._body(c.functions[oid]) is not None
                     )
-                ) or (kind == TYPE and (c.types[oid].relation or oid in walk.missing_types)):
+                ) or (kind == TYPE and c.types[oid].relation):
                     dirty.add((kind, oid))
             parents: dict[Obj, list[Obj]] = {}
             for parent, child in edges:
@@ -750,6 +754,8 @@ class _Walk:
             self.add((ROW, self.relations.by_row_type[oid]), parent)
         else:
             self.missing_types.add(oid)
+            if self.record is not None:  # (a table's row type: not clean, see Judge.clean)
+                self.record.append((parent, (MISSING, oid)))
 
     def type_edges(self, oid: int, obj: Obj) -> None:
         t = self.c.types.get(oid)

@@ -117,7 +117,8 @@ class Function(NamedTuple):
     kind: str  # f, a, w, p
     language: str
     owner: int
-    source: str | None  # the C symbol (internal, C) or an SQL body kept as text
+    # the C symbol (internal, C), an SQL body kept as text, or a PL/pgSQL function's definition
+    source: str | None
     trees: str  # default arguments and a pre-parsed SQL body (pg_node_tree text)
     support: int
     aggregate: tuple[int, ...]  # an aggregate's support functions
@@ -226,7 +227,12 @@ SELECT
       p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
       p.provariadic <> 0, p.provolatile, p.prokind, l.lanname, p.proowner::bigint,
       CASE WHEN l.lanname IN ('internal', 'c') OR (l.lanname = 'sql' AND p.prosqlbody IS NULL)
-           THEN p.prosrc END,
+           THEN p.prosrc
+           -- PL/pgSQL: the whole statement, which its parser needs (arguments are variables)
+           WHEN l.lanname = 'plpgsql' AND p.prokind <> 'p'
+           THEN 'CREATE FUNCTION f(' || pg_catalog.pg_get_function_arguments(p.oid)
+                || ') RETURNS ' || pg_catalog.pg_get_function_result(p.oid)
+                || ' LANGUAGE plpgsql AS ' || pg_catalog.quote_literal(p.prosrc) END,
       pg_catalog.concat_ws(' ', p.proargdefaults::text, p.prosqlbody::text),
       p.prosupport::oid::bigint,
       ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,

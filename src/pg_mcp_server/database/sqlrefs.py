@@ -9,9 +9,13 @@ candidate (see database/closure.py). The same reader serves SQL-language functio
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from pglast import parser
+
+from pg_mcp_server.database import sqltree
 from pg_mcp_server.database.sqltree import names, walk
 
 # A_Expr kinds whose `name` is not the operator PostgreSQL runs.
@@ -47,6 +51,16 @@ class Refs:
     relations: frozenset[Name] = frozenset()
     statements: frozenset[str] = frozenset()  # node names of the top-level statements
 
+    def merged(self, other: Refs) -> Refs:
+        return Refs(
+            self.calls | other.calls,
+            self.row_functions | other.row_functions,
+            self.operators | other.operators,
+            self.types | other.types,
+            self.relations | other.relations,
+            self.statements | other.statements,
+        )
+
 
 def _qualified(parts: list[str]) -> Name:
     """(schema, name) of a possibly qualified name list (a catalog prefix is PostgreSQL's
@@ -77,6 +91,57 @@ def _call_args(args: list[Any]) -> tuple[tuple[str | None, str | None], ...]:
         else:
             out.append((None, literal(arg)))
     return tuple(out)
+
+
+_DYNAMIC = {
+    "PLpgSQL_stmt_dynexecute": "EXECUTE",
+    "PLpgSQL_stmt_dynfors": "FOR ... IN EXECUTE",
+    "PLpgSQL_stmt_return_query": "RETURN QUERY EXECUTE",
+    "PLpgSQL_stmt_open": "OPEN ... FOR EXECUTE",
+}
+_ASSIGNMENT = 3  # parseMode of `target := expression` (PLpgSQL_ASSIGN1..3: 3, 4, 5)
+
+
+def _as_select(query: str, mode: int) -> str:
+    """A PL/pgSQL expression or assignment as a statement pglast can parse: `target :=
+    expression` becomes `SELECT target, (expression)` (a subscript in the target runs too)."""
+    if mode < _ASSIGNMENT:
+        return f"SELECT {query}"
+    depth = 0
+    for tok in parser.scan(query):
+        text = query[tok.start : tok.end + 1]
+        depth += text in ("(", "[") or -(text in (")", "]"))
+        if depth == 0 and text in (":=", "="):
+            return f"SELECT {query[: tok.start]}, ({query[tok.end + 1 :]}\n)"
+    return f"SELECT {query}"
+
+
+def plpgsql_refs(create_function: str) -> Refs | str:
+    """The names a PL/pgSQL function's static SQL uses (`create_function` is its whole
+    CREATE FUNCTION statement), or why they cannot be known."""
+    try:
+        tree = json.loads(parser.parse_plpgsql_json(create_function))
+    except (parser.ParseError, RecursionError):
+        return "has a PL/pgSQL body the guard cannot parse"
+    refs = Refs(statements=frozenset({"SelectStmt"}))
+    for key, value in walk(tree):
+        dynamic = key in _DYNAMIC and (
+            key.endswith(("dynexecute", "dynfors")) or "dynquery" in value
+        )
+        if dynamic:
+            return f"runs SQL built at run time ({_DYNAMIC[key]}), which the guard cannot see"
+        if key != "PLpgSQL_expr" or not isinstance(value, dict):
+            continue
+        mode = value.get("parseMode", 0)
+        query = value.get("query", "")
+        try:
+            statement = sqltree.loads(
+                parser.parse_sql_json(query if mode == 0 else _as_select(query, mode))
+            )
+        except (parser.ParseError, sqltree.TooDeepError):
+            return "has a PL/pgSQL statement the guard cannot parse"
+        refs = refs.merged(refs_of(statement))
+    return refs
 
 
 def refs_of(tree: dict[str, Any]) -> Refs:
