@@ -298,40 +298,21 @@ class GuardState:
             logger.debug("guard: catalog changed (%s); reading it again", ", ".join(catalog_parts))
             await self._reload(conn)
             return True
-        changed = False
-        rels = checked.arguments[10]
+        rels, rel_schemas, rel_names, schemas = checked.arguments[10:14]
         stale = {
-            o
-            for o, d in zip(rels, row["relations"], strict=True)
-            if d != expected_digest(self.relations, o)
+            oid
+            for oid, now, then in zip(rels, row["relations"], expected["relations"], strict=True)
+            if now != then
         }
         named: dict[tuple[int, str], set[int]] = {
-            (nsp, nm): set()
-            for nsp, nm in zip(checked.arguments[11], checked.arguments[12], strict=True)
+            key: set() for key in zip(rel_schemas, rel_names, strict=True)
         }
-        for nsp, nm, oid in rows(row["named"]):
-            named[(nsp, nm)].add(oid)
-        in_schema: dict[str, set[int]] = {s: set() for s in checked.arguments[13]}
+        for nsp, name, oid in rows(row["named"]):
+            named[(nsp, name)].add(oid)
+        in_schema: dict[str, set[int]] = {schema: set() for schema in schemas}
         for schema, oid in rows(row["in_schema"]):
             in_schema[schema].add(oid)
-        for key, oids in named.items():
-            if set(self.relations.named.get(key, ())) != oids or key not in self.relations.named:
-                self.relations.named[key] = tuple(sorted(oids))
-                changed = True
-        for schema, oids in in_schema.items():
-            if set(self.relations.in_schema.get(schema, ())) != oids or (
-                schema not in self.relations.in_schema
-            ):
-                self.relations.in_schema[schema] = tuple(sorted(oids))
-                changed = True
+        moved = self.relations.resolved(named, in_schema)
         if stale:
             await self.relations.read(conn, stale, set())
-            changed = True
-        elif changed:
-            self.relations.generation += 1
-        return changed
-
-
-def expected_digest(relations: Relations, oid: int) -> str | None:
-    rel = relations.by_oid.get(oid)
-    return rel.digest if rel is not None else None
+        return moved or bool(stale)

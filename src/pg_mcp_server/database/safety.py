@@ -19,7 +19,7 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 
@@ -473,6 +473,18 @@ WHERE c.oid = ANY ($1::oid[])
 """
 
 
+K = TypeVar("K")
+
+
+def _update(cache: dict[K, tuple[int, ...]], found: dict[K, set[int]]) -> bool:
+    moved = False
+    for key, oids in found.items():
+        if key not in cache or set(cache[key]) != oids:
+            cache[key] = tuple(sorted(oids))
+            moved = True
+    return moved
+
+
 @dataclass
 class Relations:
     """Relations seen so far, and what relation names and schemas resolved to at the last
@@ -483,6 +495,15 @@ class Relations:
     named: dict[tuple[int, str], tuple[int, ...]] = field(default_factory=dict)
     in_schema: dict[str, tuple[int, ...]] = field(default_factory=dict)
     generation: int = 0
+
+    def resolved(
+        self, named: dict[tuple[int, str], set[int]], in_schema: dict[str, set[int]]
+    ) -> bool:
+        """Record what relation names and schemas resolve to now; True when that moved."""
+        moved = _update(self.named, named) | _update(self.in_schema, in_schema)
+        if moved:
+            self.generation += 1
+        return moved
 
     async def read(self, conn: asyncpg.Connection, oids: set[int], types: set[int]) -> None:
         value = await conn.fetchval(RELATIONS, sorted(oids), sorted(types))
