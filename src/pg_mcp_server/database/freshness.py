@@ -95,26 +95,23 @@ def _each(n: int, table: str, column: str, where: str = "") -> str:
     )
 
 
-_FUNCTION_ROWS = f"""(
-    SELECT t.oid, t.xmin::text::bigint FROM {_each(2, "pg_proc", "oid")}
+def _objects(n: int, table: str, name: str, namespace: str, where: str) -> str:
+    """Rows of `table` by oid ($n) or by (schema, name) ($n+1, $n+2), each row once."""
+    return f"""(
+    SELECT t.oid, t.xmin::text::bigint FROM {_each(n, table, "oid")}
     UNION
-    SELECT t.oid, t.xmin::text::bigint
-    FROM {_pairs(3, "pg_proc", "proname", "pronamespace", _USER_ROWS)}) s(oid, x)"""
+    SELECT t.oid, t.xmin::text::bigint FROM {_pairs(n + 1, table, name, namespace, where)}
+    ) s(oid, x)"""
+
+
+_FUNCTION_ROWS = _objects(2, "pg_proc", "proname", "pronamespace", _USER_ROWS)
+_OPERATOR_ROWS = _objects(5, "pg_operator", "oprname", "oprnamespace", _USER_ROWS)
+_TYPE_ROWS = _objects(8, "pg_type", "typname", "typnamespace", _USER_TYPES)
 _AGGREGATE_ROWS = f"""(
     SELECT t.xmin::text::bigint FROM {_each(2, "pg_aggregate", "aggfnoid")}) s(x)"""
 _EXTENSION_ROWS = f"""(
     SELECT t.xmin::text::bigint
     FROM {_each(2, "pg_depend", "objid", _PROC_EXTENSION)}) s(x)"""
-_OPERATOR_ROWS = f"""(
-    SELECT t.oid, t.xmin::text::bigint FROM {_each(5, "pg_operator", "oid")}
-    UNION
-    SELECT t.oid, t.xmin::text::bigint
-    FROM {_pairs(6, "pg_operator", "oprname", "oprnamespace", _USER_ROWS)}) s(oid, x)"""
-_TYPE_ROWS = f"""(
-    SELECT t.oid, t.xmin::text::bigint FROM {_each(8, "pg_type", "oid")}
-    UNION
-    SELECT t.oid, t.xmin::text::bigint
-    FROM {_pairs(9, "pg_type", "typname", "typnamespace", _USER_TYPES)}) s(oid, x)"""
 _DOMAIN_ROWS = f"""(
     SELECT t.xmin::text::bigint
     FROM {_each(8, "pg_constraint", "contypid", " AND t.conrelid = 0")}) s(x)"""

@@ -407,27 +407,28 @@ class Relation:
     array_type: int  # the array of its row type
 
 
+# The rows that hang off a relation, by the column that names it.
+_RELATION_ROWS = (
+    ("pg_rewrite", "ev_class"),
+    ("pg_policy", "polrelid"),
+    ("pg_attrdef", "adrelid"),
+    ("pg_inherits", "inhparent"),
+    ("pg_index", "indrelid"),
+    ("pg_partitioned_table", "partrelid"),
+    ("pg_constraint", "conrelid"),
+    ("pg_statistic_ext", "stxrelid"),
+)
 # What a relation is made of, as one text: the row itself, then its columns, then the rows
 # that hang off it. Any CREATE, ALTER, DROP or GRANT touching them changes some xmin or count.
-RELATION_DIGEST = """c.xmin::text
+RELATION_DIGEST = f"""c.xmin::text
     || ':' || (SELECT count(*) || '.' || coalesce(sum(a.xmin::text::bigint), 0)
                FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid)
-    || ':' || (SELECT count(*) || '.' || coalesce(sum(e.x), 0) FROM (
-        SELECT r.xmin::text::bigint FROM pg_catalog.pg_rewrite r WHERE r.ev_class = c.oid
-        UNION ALL SELECT p.xmin::text::bigint FROM pg_catalog.pg_policy p
-                  WHERE p.polrelid = c.oid
-        UNION ALL SELECT d.xmin::text::bigint FROM pg_catalog.pg_attrdef d
-                  WHERE d.adrelid = c.oid
-        UNION ALL SELECT i.xmin::text::bigint FROM pg_catalog.pg_inherits i
-                  WHERE i.inhparent = c.oid
-        UNION ALL SELECT x.xmin::text::bigint FROM pg_catalog.pg_index x
-                  WHERE x.indrelid = c.oid
-        UNION ALL SELECT t.xmin::text::bigint FROM pg_catalog.pg_partitioned_table t
-                  WHERE t.partrelid = c.oid
-        UNION ALL SELECT k.xmin::text::bigint FROM pg_catalog.pg_constraint k
-                  WHERE k.conrelid = c.oid
-        UNION ALL SELECT s.xmin::text::bigint FROM pg_catalog.pg_statistic_ext s
-                  WHERE s.stxrelid = c.oid) e(x))"""
+    || ':' || (SELECT count(*) || '.' || coalesce(sum(e.x), 0) FROM ({
+    " UNION ALL ".join(
+        f"SELECT h.xmin::text::bigint FROM pg_catalog.{table} h WHERE h.{column} = c.oid"
+        for table, column in _RELATION_ROWS
+    )
+}) e(x))"""
 
 # Relations by oid, and those whose row type (or an array of it) is one of $2.
 RELATIONS = f"""
