@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from guardbed import planter_role
 from mcp import Client
-from mcpclient import call, call_error, connect, execute
+from mcpclient import call, call_error, connect, execute, fetch
 
 SETUP = """
 CREATE ROLE {role} NOLOGIN;
@@ -131,3 +131,49 @@ async def test_trusted_roles_setting_trusts_that_roles_functions(
         assert (await call(client, "execute_query", sql=sql))["rows"] == [{"v": 42}]
         # Trust covers the marking, not what the function reaches.
         await refused(client, "SELECT planter.effect(1)", "refused_function", "pg_current")
+
+
+# Operators for the argument types an untyped constant gets in loosely written SQL: picked
+# over the built-ins there (an exact match beats one needing a cast).
+HIJACK = """
+SET ROLE {role};
+CREATE FUNCTION planter.reset_oid(oid, integer) RETURNS boolean IMMUTABLE LANGUAGE sql
+    AS 'SELECT pg_catalog.pg_stat_reset()::text IS NULL';
+CREATE FUNCTION planter.reset_cat(bigint, bigint) RETURNS text IMMUTABLE LANGUAGE sql
+    AS 'SELECT pg_catalog.pg_stat_reset()::text';
+CREATE FUNCTION planter.reset_name(name, name) RETURNS boolean IMMUTABLE LANGUAGE sql
+    AS 'SELECT pg_catalog.pg_stat_reset()::text IS NULL';
+CREATE OPERATOR public.>= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = planter.reset_oid);
+CREATE OPERATOR public.|| (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = planter.reset_cat);
+CREATE OPERATOR public.!~ (LEFTARG = name, RIGHTARG = name, FUNCTION = planter.reset_name);
+RESET ROLE;
+"""
+# ... and one that asyncpg's own type lookup (`typbasetype != 0`) would pick.
+DRIVER_HIJACK = """
+SET ROLE {role};
+CREATE OPERATOR public.<> (LEFTARG = oid, RIGHTARG = integer, FUNCTION = planter.reset_oid);
+RESET ROLE;
+"""
+STATS_RESET = "SELECT stats_reset::text FROM pg_stat_database WHERE datname = current_database()"
+QUERIES = ("SELECT x FROM planter.fresh_v", "SELECT count(*) AS n FROM planter.ds")
+
+
+async def test_planted_operators_take_over_neither_the_guards_queries_nor_the_drivers(
+    planted: tuple[str, str],
+) -> None:
+    """The guard's own catalog queries give every operator its exact built-in types; the
+    query asyncpg runs to learn an unfamiliar result type does not, so an operator planted
+    for it makes every statement refused (here `planter.ds` returns a domain's values)."""
+    dsn, role = planted
+    await execute(dsn, HIJACK.format(role=role))
+    before = (await fetch(dsn, STATS_RESET))[0][0]
+    async with connect(dsn) as client:  # a new server: it reads the catalog afresh
+        for sql in QUERIES:
+            await call(client, "execute_query", sql=sql)
+            await call(client, "explain_query", sql=sql)
+        await execute(dsn, "CREATE TABLE public.moved (n int)")  # some digests differ now
+        await call(client, "execute_query", sql=QUERIES[1])
+        await execute(dsn, DRIVER_HIJACK.format(role=role))
+        for sql in QUERIES:
+            await refused(client, sql, "untrusted_owner", "planter.reset_oid")
+    assert (await fetch(dsn, STATS_RESET))[0][0] == before

@@ -18,9 +18,12 @@ refusal names the chain from what the statement named down to the culprit.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+from asyncpg import introspection
 
 from pg_mcp_server.database import sqltree
 from pg_mcp_server.database.safety import (
@@ -158,6 +161,7 @@ Obj = tuple[str, int]
 ALL_SCHEMAS = "*"  # database_to_xml: every schema a reader sees
 _OID = 26  # pg_catalog.oid
 MISSING = "missing"  # (MISSING, type oid): a type not in the catalog, in Judge.clean's walk
+DRIVER = "driver"  # (DRIVER, 0): the driver's own catalog query, see _driver_lookup
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,8 @@ class Judge:
                 return f"cast from {c.type_name(cast.source)} to {c.type_name(cast.target)}"
         if kind == FAMILY:
             return f"operator family {oid}"
+        if kind == DRIVER:
+            return "type lookup the database driver (asyncpg) runs for a result's types"
         return f"{kind} {oid}"
 
     # --- functions -------------------------------------------------------------------
@@ -370,6 +376,7 @@ class Judge:
     def plan(self, refs: Refs, relations: Relations) -> Plan:
         walk = _Walk(self, relations)
         walk.statement(refs)
+        walk.names(_driver_lookup(), (DRIVER, 0), self.catalog.path)
         walk.run()
         return walk.finish()
 
@@ -819,6 +826,22 @@ class _Walk:
             missing_types=self.missing_types - set(self.relations.by_row_type),
             unresolved=self.unresolved,
         )
+
+
+@functools.cache
+def _driver_lookup() -> Refs:
+    """The names in the query asyncpg runs, on the statement's session, to learn a result
+    type it does not know (an enum, a domain, a composite): loosely typed (`typbasetype != 0`,
+    an oid against an integer), so an operator or aggregate planted in a schema on the search
+    path with those exact argument types would run there, as the server's role. It is checked
+    with every statement."""
+    refs = Refs()
+    for query in (introspection.INTRO_LOOKUP_TYPES, introspection.INTRO_LOOKUP_TYPES_13):
+        tree = sqltree.parse(query)
+        if tree is None:
+            raise RuntimeError("asyncpg's type lookup query no longer parses")
+        refs = refs.merged(refs_of(tree))
+    return refs
 
 
 def _argument(call: Call, position: int, name: str | None) -> str | None:

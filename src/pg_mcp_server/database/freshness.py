@@ -29,11 +29,14 @@ from pg_mcp_server.database.safety import (
     RELATION_DIGEST,
     SMALL_CATALOGS,
     TRUSTED_ROLES,
+    USER_OID,
     Catalog,
     Function,
     Operator,
     Relations,
+    count_and_sum,
     rows,
+    xmin,
 )
 from pg_mcp_server.database.sqlrefs import Refs
 from pg_mcp_server.errors import WriteOperationDeniedError
@@ -51,14 +54,17 @@ def _digest(xmins: Iterable[int | None]) -> str:
 
 
 def _sum(rows: str) -> str:
-    return f"(SELECT count(*) || ':' || coalesce(sum(x), 0) FROM {rows})"
+    return f"(SELECT {count_and_sum('x')} FROM {rows})"
 
 
 def _arg(n: int, array_type: str) -> str:
     """Parameter $n, hidden from the planner behind a subquery: the plan cannot depend on the
     values, so after five executions PostgreSQL keeps one generic plan and stops planning this
-    long statement on every call."""
-    return f"((SELECT ${n}::{array_type}[])::{array_type}[])"
+    long statement on every call. Names travel as text[]: asyncpg knows the types of text[] and
+    oid[] by heart, and would otherwise look name[] up with a query of its own (see
+    closure._driver_lookup)."""
+    sent = "text" if array_type == "name" else array_type
+    return f"((SELECT ${n}::pg_catalog.{sent}[])::pg_catalog.{array_type}[])"
 
 
 def _pairs(n: int, table: str, name: str, namespace: str, where: str = "") -> str:
@@ -72,7 +78,7 @@ def _pairs(n: int, table: str, name: str, namespace: str, where: str = "") -> st
 
 
 # Rows initdb made never change (see FIRST_USER_OID): name lookups digest only the others.
-_USER_ROWS = f" AND t.oid >= {FIRST_USER_OID}"
+_USER_ROWS = f" AND t.oid >= {USER_OID}"
 _USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
 # (conrelid = 0, which domain constraints have, makes the lookup an index scan even for a
 # generic plan that must assume any contypid, 0 included.)
@@ -80,7 +86,8 @@ _PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AN
 
 # The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
 # plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
-QUICK = f"""SELECT {SNAPSHOT} AS snapshot, pg_catalog.current_schemas(true)::text[] AS path,
+QUICK = f"""SELECT {SNAPSHOT} AS snapshot,
+    pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
     pg_catalog.pg_is_in_recovery() AS standby"""
 
 
@@ -98,23 +105,22 @@ def _each(n: int, table: str, column: str, where: str = "") -> str:
 def _objects(n: int, table: str, name: str, namespace: str, where: str) -> str:
     """Rows of `table` by oid ($n) or by (schema, name) ($n+1, $n+2), each row once."""
     return f"""(
-    SELECT t.oid, t.xmin::text::bigint FROM {_each(n, table, "oid")}
+    SELECT t.oid, {xmin("t")} FROM {_each(n, table, "oid")}
     UNION
-    SELECT t.oid, t.xmin::text::bigint FROM {_pairs(n + 1, table, name, namespace, where)}
-    ) s(oid, x)"""
+    SELECT t.oid, {xmin("t")} FROM {_pairs(n + 1, table, name, namespace, where)}) s(oid, x)"""
 
 
 _FUNCTION_ROWS = _objects(2, "pg_proc", "proname", "pronamespace", _USER_ROWS)
 _OPERATOR_ROWS = _objects(5, "pg_operator", "oprname", "oprnamespace", _USER_ROWS)
 _TYPE_ROWS = _objects(8, "pg_type", "typname", "typnamespace", _USER_TYPES)
 _AGGREGATE_ROWS = f"""(
-    SELECT t.xmin::text::bigint FROM {_each(2, "pg_aggregate", "aggfnoid")}) s(x)"""
+    SELECT {xmin("t")} FROM {_each(2, "pg_aggregate", "aggfnoid")}) s(x)"""
 _EXTENSION_ROWS = f"""(
-    SELECT t.xmin::text::bigint
+    SELECT {xmin("t")}
     FROM {_each(2, "pg_depend", "objid", _PROC_EXTENSION)}) s(x)"""
 _DOMAIN_ROWS = f"""(
-    SELECT t.xmin::text::bigint
-    FROM {_each(8, "pg_constraint", "contypid", " AND t.conrelid = 0")}) s(x)"""
+    SELECT {xmin("t")}
+    FROM {_each(8, "pg_constraint", "contypid", " AND t.conrelid = 0::pg_catalog.oid")}) s(x)"""
 _RELATIONS = f"""ARRAY(
     SELECT (SELECT {RELATION_DIGEST} FROM pg_catalog.pg_class c WHERE c.oid = k.oid)
     FROM pg_catalog.unnest({_arg(11, "oid")}) WITH ORDINALITY AS k(oid, i) ORDER BY k.i)"""
@@ -125,14 +131,15 @@ _IN_SCHEMA = f"""(
     SELECT pg_catalog.json_agg(pg_catalog.json_build_array(s.nm, c.oid::bigint))
     FROM pg_catalog.unnest({_arg(14, "text")}) AS s(nm)
     JOIN pg_catalog.pg_namespace n ON n.nspname = s.nm
-      OR (s.nm = '*' AND n.nspname !~ '^pg_' AND n.nspname <> 'information_schema')
+      OR (s.nm = '*' AND NOT pg_catalog.starts_with(n.nspname::pg_catalog.text, 'pg_')
+          AND n.nspname <> 'information_schema')
     JOIN pg_catalog.pg_class c
       ON c.relnamespace = n.oid AND c.relkind IN ('r', 'm', 'v', 'p', 'f'))"""
 
 CHECK = f"""
 SELECT {SNAPSHOT} AS snapshot,
-       pg_catalog.current_schemas(true)::text[] AS path,
-       {TRUSTED_ROLES.replace("$1::text[]", _arg(1, "text"))} AS trusted,
+       pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
+       {TRUSTED_ROLES.replace("$1::pg_catalog.text[]", _arg(1, "text"))} AS trusted,
        {SMALL_CATALOGS} AS small,
        {_sum(_FUNCTION_ROWS)} AS functions,
        {_sum(_AGGREGATE_ROWS)} AS aggregates,

@@ -26,6 +26,11 @@ import asyncpg
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
 # only by a superuser editing the system catalogs, so the per-call digest skips them.
 FIRST_USER_OID = 16384
+# Our own SQL names everything with its schema and gives operators arguments of their exact
+# built-in types, so that no function, operator or type a role plants in a schema on the
+# search path can be picked in their place (an untyped `0` against an oid would let a
+# planted `public.=(oid, integer)` win over the built-in `=(oid, oid)`).
+USER_OID = f"{FIRST_USER_OID}::pg_catalog.oid"
 
 # Fields of stored expression trees (pg_node_tree text) that hold object oids, by kind.
 _TREE_OID = re.compile(r":(\w+) (\d+)")
@@ -192,32 +197,49 @@ class Cast(NamedTuple):
 # of them); both the load and the digest apply this filter, so they agree.
 NOT_A_TABLE_ROW_TYPE = """NOT EXISTS (
     SELECT FROM pg_catalog.pg_class r
-    WHERE r.oid = CASE WHEN t.typrelid <> 0 THEN t.typrelid
+    WHERE r.oid = CASE WHEN t.typrelid <> 0::pg_catalog.oid THEN t.typrelid
                        ELSE (SELECT e.typrelid FROM pg_catalog.pg_type e
                              WHERE e.oid = t.typelem AND t.typcategory = 'A') END
       AND r.relkind <> 'c')"""
 
-# User rows of catalogs too small to key by statement: any change there counts.
-SMALL_CATALOGS = f"""pg_catalog.concat_ws('/',
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_catalog.pg_cast
-     WHERE oid >= {FIRST_USER_OID}),
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_catalog.pg_opclass
-     WHERE oid >= {FIRST_USER_OID}),
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_catalog.pg_opfamily
-     WHERE oid >= {FIRST_USER_OID}),
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_catalog.pg_amop
-     WHERE oid >= {FIRST_USER_OID}),
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_catalog.pg_amproc
-     WHERE oid >= {FIRST_USER_OID}),
-    (SELECT count(*) || ':' || coalesce(sum(xmin::text::bigint), 0) FROM pg_catalog.pg_range
-     WHERE rngtypid >= {FIRST_USER_OID}))"""
 
-TRUSTED_ROLES = """ARRAY(SELECT r.oid::bigint FROM pg_catalog.pg_roles r
-    WHERE r.rolsuper OR r.rolname = ANY ($1::text[]) ORDER BY 1)"""
+def xmin(alias: str) -> str:
+    """A row's xmin as a number (xid has no arithmetic)."""
+    return f"{alias}.xmin::pg_catalog.text::bigint"
+
+
+def count_and_sum(value: str, separator: str = ":") -> str:
+    """'count:sum' of `value` over the rows of the query it is put in ('0:0' for none)."""
+    return (
+        f"pg_catalog.concat_ws('{separator}', pg_catalog.count(*), "
+        f"coalesce(pg_catalog.sum({value}), 0::bigint))"
+    )
+
+
+# User rows of catalogs too small to key by statement: any change there counts.
+SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
+    ", ".join(
+        f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.{table} t "
+        f"WHERE t.{column} >= {USER_OID})"
+        for table, column in (
+            ("pg_cast", "oid"),
+            ("pg_opclass", "oid"),
+            ("pg_opfamily", "oid"),
+            ("pg_amop", "oid"),
+            ("pg_amproc", "oid"),
+            ("pg_range", "rngtypid"),
+        )
+    )
+)
+
+# (Results and parameters of our statements are text, text[], oid[], json or scalars: the
+# types asyncpg knows without a lookup query of its own, see closure._driver_lookup.)
+TRUSTED_ROLES = """ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
+    WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[]) ORDER BY 1)"""
 
 CATALOG = f"""
 SELECT
-  pg_catalog.current_schemas(true)::text[] AS path,
+  pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
   current_user AS role,
   {TRUSTED_ROLES} AS trusted,
   {SMALL_CATALOGS} AS small,
@@ -225,7 +247,8 @@ SELECT
    FROM pg_catalog.pg_namespace n) AS schemas,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
-      p.provariadic <> 0, p.provolatile, p.prokind, l.lanname, p.proowner::bigint,
+      p.provariadic <> 0::pg_catalog.oid, p.provolatile, p.prokind, l.lanname,
+      p.proowner::bigint,
       CASE WHEN l.lanname IN ('internal', 'c') OR (l.lanname = 'sql' AND p.prosqlbody IS NULL)
            THEN p.prosrc
            -- PL/pgSQL: the whole statement, which its parser needs (arguments are variables)
@@ -233,20 +256,23 @@ SELECT
            THEN 'CREATE FUNCTION f(' || pg_catalog.pg_get_function_arguments(p.oid)
                 || ') RETURNS ' || pg_catalog.pg_get_function_result(p.oid)
                 || ' LANGUAGE plpgsql AS ' || pg_catalog.quote_literal(p.prosrc) END,
-      pg_catalog.concat_ws(' ', p.proargdefaults::text, p.prosqlbody::text),
-      p.prosupport::oid::bigint,
+      pg_catalog.concat_ws(' ', p.proargdefaults::pg_catalog.text,
+                           p.prosqlbody::pg_catalog.text),
+      p.prosupport::pg_catalog.oid::bigint,
       ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,
-            a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::oid[]::bigint[],
+            a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::pg_catalog.oid[]::bigint[],
       coalesce(a.aggsortop, 0)::bigint,
-      (coalesce(p.proallargtypes, p.proargtypes::oid[]) || p.prorettype
-          || coalesce(ARRAY[a.aggtranstype, a.aggmtranstype], '{{}}'))::bigint[],
-      p.xmin::text::bigint, a.xmin::text::bigint, e.xmin::text::bigint,
+      pg_catalog.array_cat(
+          pg_catalog.array_append(coalesce(p.proallargtypes, p.proargtypes::pg_catalog.oid[]),
+                                  p.prorettype),
+          ARRAY[a.aggtranstype, a.aggmtranstype])::pg_catalog.int8[],
+      {xmin("p")}, {xmin("a")}, {xmin("e")},
       (SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
        WHERE c LIKE 'search\\_path=%'),
-      CASE WHEN p.oid >= {FIRST_USER_OID} THEN pg_catalog.pg_get_userbyid(p.proowner) END,
+      CASE WHEN p.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(p.proowner) END,
       p.proargnames,
       (SELECT x.extowner::bigint FROM pg_catalog.pg_extension x WHERE x.oid = e.refobjid),
-      p.proargtypes::oid[]::bigint[]))
+      p.proargtypes::pg_catalog.oid[]::bigint[]))
    FROM pg_catalog.pg_proc p
    JOIN pg_catalog.pg_language l ON l.oid = p.prolang
    LEFT JOIN pg_catalog.pg_aggregate a ON a.aggfnoid = p.oid
@@ -255,28 +281,29 @@ SELECT
     AND e.deptype = 'e') AS functions,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       o.oid::bigint, o.oprnamespace::bigint, o.oprname, o.oprkind, o.oprleft::bigint,
-      o.oprright::bigint, o.oprresult::bigint, o.oprcode::oid::bigint, o.oprrest::oid::bigint,
-      o.oprjoin::oid::bigint, o.oprcom::bigint, o.oprnegate::bigint,
-      o.xmin::text::bigint))
+      o.oprright::bigint, o.oprresult::bigint, o.oprcode::pg_catalog.oid::bigint,
+      o.oprrest::pg_catalog.oid::bigint, o.oprjoin::pg_catalog.oid::bigint, o.oprcom::bigint,
+      o.oprnegate::bigint, {xmin("o")}))
    FROM pg_catalog.pg_operator o) AS operators,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       t.oid::bigint, t.typnamespace::bigint, t.typname, t.typtype,
       ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout,
-            t.typsubscript]::oid[]::bigint[],
-      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, t.xmin::text::bigint))
+            t.typsubscript]::pg_catalog.oid[]::bigint[],
+      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")}))
    FROM pg_catalog.pg_type t WHERE {NOT_A_TABLE_ROW_TYPE}) AS types,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      k.contypid::bigint, k.conbin::text, k.xmin::text::bigint))
-   FROM pg_catalog.pg_constraint k WHERE k.contypid > 0) AS domain_constraints,
+      k.contypid::bigint, k.conbin::pg_catalog.text, {xmin("k")}))
+   FROM pg_catalog.pg_constraint k WHERE k.contypid > 0::pg_catalog.oid) AS domain_constraints,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      r.rngtypid::bigint, r.rngsubtype::bigint, r.rngcanonical::oid::bigint,
-      r.rngsubdiff::oid::bigint, c.opcfamily::bigint, r.rngmultitypid::bigint))
+      r.rngtypid::bigint, r.rngsubtype::bigint, r.rngcanonical::pg_catalog.oid::bigint,
+      r.rngsubdiff::pg_catalog.oid::bigint, c.opcfamily::bigint, r.rngmultitypid::bigint))
    FROM pg_catalog.pg_range r JOIN pg_catalog.pg_opclass c ON c.oid = r.rngsubopc) AS ranges,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(c.opcintype::bigint, c.opcfamily::bigint))
+  (SELECT pg_catalog.json_agg(
+      pg_catalog.json_build_array(c.opcintype::bigint, c.opcfamily::bigint))
    FROM pg_catalog.pg_opclass c JOIN pg_catalog.pg_am m ON m.oid = c.opcmethod
    WHERE c.opcdefault AND m.amname IN ('btree', 'hash')) AS default_families,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.oid::bigint,
-      ARRAY(SELECT p.amproc::oid::bigint FROM pg_catalog.pg_amproc p
+      ARRAY(SELECT p.amproc::pg_catalog.oid::bigint FROM pg_catalog.pg_amproc p
             WHERE p.amprocfamily = f.oid),
       ARRAY(SELECT o.amopopr::bigint FROM pg_catalog.pg_amop o WHERE o.amopfamily = f.oid)))
    FROM pg_catalog.pg_opfamily f) AS families,
@@ -420,15 +447,15 @@ _RELATION_ROWS = (
 )
 # What a relation is made of, as one text: the row itself, then its columns, then the rows
 # that hang off it. Any CREATE, ALTER, DROP or GRANT touching them changes some xmin or count.
-RELATION_DIGEST = f"""c.xmin::text
-    || ':' || (SELECT count(*) || '.' || coalesce(sum(a.xmin::text::bigint), 0)
-               FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid)
-    || ':' || (SELECT count(*) || '.' || coalesce(sum(e.x), 0) FROM ({
+RELATION_DIGEST = f"""pg_catalog.concat_ws(':', c.xmin,
+    (SELECT {count_and_sum(xmin("a"), ".")} FROM pg_catalog.pg_attribute a
+     WHERE a.attrelid = c.oid),
+    (SELECT {count_and_sum("e.x", ".")} FROM ({
     " UNION ALL ".join(
-        f"SELECT h.xmin::text::bigint FROM pg_catalog.{table} h WHERE h.{column} = c.oid"
+        f"SELECT {xmin('h')} FROM pg_catalog.{table} h WHERE h.{column} = c.oid"
         for table, column in _RELATION_ROWS
     )
-}) e(x))"""
+}) e(x)))"""
 
 # Relations by oid, and those whose row type (or an array of it) is one of $2.
 RELATIONS = f"""
@@ -436,41 +463,45 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
     c.oid::bigint, c.relnamespace::bigint, c.relname, c.relkind, c.reltype::bigint,
     {RELATION_DIGEST},
     ARRAY(SELECT a.atttypid::bigint FROM pg_catalog.pg_attribute a
-          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum),
+          WHERE a.attrelid = c.oid AND a.attnum > 0::pg_catalog.int2 AND NOT a.attisdropped
+          ORDER BY a.attnum),
     pg_catalog.concat_ws(' ',
-        (SELECT pg_catalog.string_agg(r.ev_action::text, ' ') FROM pg_catalog.pg_rewrite r
+        (SELECT pg_catalog.string_agg(r.ev_action::pg_catalog.text, ' ')
+         FROM pg_catalog.pg_rewrite r
          WHERE r.ev_class = c.oid AND r.ev_type = '1' AND c.relkind = 'v'),
-        (SELECT pg_catalog.string_agg(p.polqual::text, ' ') FROM pg_catalog.pg_policy p
+        (SELECT pg_catalog.string_agg(p.polqual::pg_catalog.text, ' ') FROM pg_catalog.pg_policy p
          WHERE p.polrelid = c.oid AND p.polcmd IN ('r', '*')),
-        (SELECT pg_catalog.string_agg(d.adbin::text, ' ') FROM pg_catalog.pg_attrdef d
+        (SELECT pg_catalog.string_agg(d.adbin::pg_catalog.text, ' ') FROM pg_catalog.pg_attrdef d
          JOIN pg_catalog.pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
          WHERE d.adrelid = c.oid AND a.attgenerated = 'v'),
         -- what the planner folds when it opens the relation (index expressions and
         -- predicates, partition key, CHECK constraints, statistics expressions)
-        (SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', x.indexprs::text,
-                                                             x.indpred::text), ' ')
+        (SELECT pg_catalog.string_agg(pg_catalog.concat_ws(' ', x.indexprs::pg_catalog.text,
+                                                             x.indpred::pg_catalog.text), ' ')
          FROM pg_catalog.pg_index x WHERE x.indrelid = c.oid),
-        (SELECT t.partexprs::text FROM pg_catalog.pg_partitioned_table t
+        (SELECT t.partexprs::pg_catalog.text FROM pg_catalog.pg_partitioned_table t
          WHERE t.partrelid = c.oid),
-        (SELECT pg_catalog.string_agg(k.conbin::text, ' ') FROM pg_catalog.pg_constraint k
+        (SELECT pg_catalog.string_agg(k.conbin::pg_catalog.text, ' ')
+         FROM pg_catalog.pg_constraint k
          WHERE k.conrelid = c.oid AND k.contype = 'c'),
-        (SELECT pg_catalog.string_agg(s.stxexprs::text, ' ') FROM pg_catalog.pg_statistic_ext s
+        (SELECT pg_catalog.string_agg(s.stxexprs::pg_catalog.text, ' ')
+         FROM pg_catalog.pg_statistic_ext s
          WHERE s.stxrelid = c.oid)),
     ARRAY(SELECT i.inhrelid::bigint FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid),
     ARRAY(SELECT o.opcfamily::bigint FROM pg_catalog.pg_index x
-          CROSS JOIN LATERAL pg_catalog.unnest(x.indclass::oid[]) AS k(opc)
+          CROSS JOIN LATERAL pg_catalog.unnest(x.indclass::pg_catalog.oid[]) AS k(opc)
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE x.indrelid = c.oid
           UNION
           SELECT o.opcfamily::bigint FROM pg_catalog.pg_partitioned_table t
-          CROSS JOIN LATERAL pg_catalog.unnest(t.partclass::oid[]) AS k(opc)
+          CROSS JOIN LATERAL pg_catalog.unnest(t.partclass::pg_catalog.oid[]) AS k(opc)
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE t.partrelid = c.oid),
     pg_catalog.pg_get_userbyid(c.relowner),
     (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype)))
 FROM pg_catalog.pg_class c
-WHERE c.oid = ANY ($1::oid[])
-   OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0), e.typrelid)
+WHERE c.oid = ANY ($1::pg_catalog.oid[])
+   OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
                 FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
-                WHERE t.oid = ANY ($2::oid[]))
+                WHERE t.oid = ANY ($2::pg_catalog.oid[]))
 """
 
 
