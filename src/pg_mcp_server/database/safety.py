@@ -290,7 +290,12 @@ SELECT
       ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout,
             t.typsubscript]::pg_catalog.oid[]::bigint[],
       t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")}))
-   FROM pg_catalog.pg_type t WHERE {NOT_A_TABLE_ROW_TYPE}) AS types,
+   FROM pg_catalog.pg_type t
+   -- NOT_A_TABLE_ROW_TYPE as joins: one hash join instead of 20,000 subqueries on 10k tables
+   LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
+   LEFT JOIN pg_catalog.pg_class r
+     ON r.oid = CASE WHEN t.typrelid <> 0::pg_catalog.oid THEN t.typrelid ELSE e.typrelid END
+   WHERE r.relkind IS NULL OR r.relkind = 'c') AS types,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       k.contypid::bigint, k.conbin::pg_catalog.text, {xmin("k")}))
    FROM pg_catalog.pg_constraint k WHERE k.contypid > 0::pg_catalog.oid) AS domain_constraints,
