@@ -177,3 +177,15 @@ async def test_planted_operators_take_over_neither_the_guards_queries_nor_the_dr
         for sql in QUERIES:
             await refused(client, sql, "untrusted_owner", "planter.reset_oid")
     assert (await fetch(dsn, STATS_RESET))[0][0] == before
+
+
+async def test_a_search_path_with_pg_catalog_not_first_is_refused(scratch_dsn: str) -> None:
+    await execute(
+        scratch_dsn,
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = public, pg_catalog', "
+        "current_database()); END $$",
+    )
+    async with connect(scratch_dsn) as client:
+        body = await call_error(client, "execute_query", sql="SELECT 1")
+        assert body["error"]["context"]["rule"] == "search_path", body
+        assert body["error"]["context"]["search_path"][:2] == ["public", "pg_catalog"]

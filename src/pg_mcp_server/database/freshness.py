@@ -14,6 +14,7 @@ those PostgreSQL will use, up to commits in the moment between the check and the
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -83,6 +84,8 @@ _USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
 # (conrelid = 0, which domain constraints have, makes the lookup an index scan even for a
 # generic plan that must assume any contypid, 0 included.)
 _PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND t.deptype = 'e'"
+
+SEARCH_PATH = "SELECT pg_catalog.current_schemas(true)::pg_catalog.text[]"
 
 # The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
 # plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
@@ -174,9 +177,12 @@ class GuardState:
     _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
     _generation: int = 0
     _busy: bool = False  # the snapshot moved at the last check
+    # Sessions whose search path was found to search pg_catalog first.
+    _sessions: weakref.WeakSet[asyncpg.Connection] = field(default_factory=weakref.WeakSet)
 
     async def plan(self, refs: Refs, conn: asyncpg.Connection) -> Plan:
         """The plan of `refs`, made from facts the check has just found current."""
+        await self._search_path_first(conn)
         reread_for_types = False
         for _ in range(MAX_ROUNDS):
             if not self.judge.catalog.loaded:
@@ -213,6 +219,26 @@ class GuardState:
             suggestion="Try again in a moment.",
             context={"rule": "catalog_changing"},
         )
+
+    async def _search_path_first(self, conn: asyncpg.Connection) -> None:
+        """Refuse a session whose search path puts a schema before pg_catalog: an object there
+        with a built-in's signature would take its place in every query, the guard's own and
+        the driver's. A session keeps its search path (RESET ALL restores the one it started
+        with), so each is asked once, by a statement with no operator in it."""
+        if conn in self._sessions:
+            return
+        path = await conn.fetchval(SEARCH_PATH)
+        first = next((s for s in path if not s.startswith("pg_temp")), "pg_catalog")
+        if first != "pg_catalog":
+            raise WriteOperationDeniedError(
+                f"The session's search_path puts {first!r} before pg_catalog: objects there "
+                "would take the place of PostgreSQL's own, also in the queries the server and "
+                "its driver run.",
+                suggestion="List pg_catalog first in the role's or database's search_path, or "
+                "leave it out (PostgreSQL then searches it first).",
+                context={"rule": "search_path", "search_path": list(path)},
+            )
+        self._sessions.add(conn)
 
     async def _reload(self, conn: asyncpg.Connection) -> None:
         self._generation += 1
