@@ -18,6 +18,7 @@ refusal names the chain from what the statement named down to the culprit.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -841,7 +842,8 @@ def _driver_lookup() -> Refs:
         if tree is None:
             raise RuntimeError("asyncpg's type lookup query no longer parses")
         refs = refs.merged(refs_of(tree))
-    return refs
+    # Its `t.typname` and the like are columns of the catalogs, which win over functions.
+    return dataclasses.replace(refs, row_functions=frozenset())
 
 
 def _argument(call: Call, position: int, name: str | None) -> str | None:

@@ -130,14 +130,19 @@ _RELATIONS = f"""ARRAY(
 _NAMED = f"""(
     SELECT pg_catalog.json_agg(pg_catalog.json_build_array(k.nsp::bigint, k.nm, t.oid::bigint))
     FROM {_pairs(12, "pg_class", "relname", "relnamespace")})"""
+# Relations of the schemas a statement reads whole (schema_to_xml, database_to_xml: '*'):
+# lateral, so that for the usual empty list nothing is scanned.
 _IN_SCHEMA = f"""(
     SELECT pg_catalog.json_agg(pg_catalog.json_build_array(s.nm, c.oid::bigint))
     FROM pg_catalog.unnest({_arg(14, "text")}) AS s(nm)
-    JOIN pg_catalog.pg_namespace n ON n.nspname = s.nm
-      OR (s.nm = '*' AND NOT pg_catalog.starts_with(n.nspname::pg_catalog.text, 'pg_')
-          AND n.nspname <> 'information_schema')
-    JOIN pg_catalog.pg_class c
-      ON c.relnamespace = n.oid AND c.relkind IN ('r', 'm', 'v', 'p', 'f'))"""
+    CROSS JOIN LATERAL (
+        SELECT n.oid FROM pg_catalog.pg_namespace n
+        WHERE n.nspname = s.nm
+           OR (s.nm = '*' AND NOT pg_catalog.starts_with(n.nspname::pg_catalog.text, 'pg_')
+               AND n.nspname <> 'information_schema') OFFSET 0) n
+    CROSS JOIN LATERAL (
+        SELECT c.oid FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'm', 'v', 'p', 'f') OFFSET 0) c)"""
 
 CHECK = f"""
 SELECT {SNAPSHOT} AS snapshot,
