@@ -23,7 +23,8 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog import SNAPSHOT
-from pg_mcp_server.database.closure import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge, Plan
+from pg_mcp_server.database.closure import Plan, plan
+from pg_mcp_server.database.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
 from pg_mcp_server.database.safety import (
     FIRST_USER_OID,
     NOT_A_TABLE_ROW_TYPE,
@@ -260,9 +261,9 @@ class GuardState:
         key = (refs, self.judge.catalog.generation, self.relations.generation)
         checked = self._plans.get(key)
         if checked is None:
-            plan = self.judge.plan(refs, self.relations)
-            checked = self._arguments(plan)
-            if plan.complete:
+            made = plan(self.judge, refs, self.relations)
+            checked = self._arguments(made)
+            if made.complete:
                 self._plans[key] = checked
                 while len(self._plans) > _PLANS:
                     self._plans.popitem(last=False)

@@ -22,8 +22,8 @@ import asyncpg
 from pglast import parser
 
 from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.closure import Refusal
 from pg_mcp_server.database.freshness import GuardState
+from pg_mcp_server.database.rules import Refusal
 from pg_mcp_server.database.sqlrefs import Refs, refs_of
 from pg_mcp_server.database.sqltree import walk
 from pg_mcp_server.errors import InvalidSqlError, WriteOperationDeniedError
