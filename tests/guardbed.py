@@ -187,6 +187,16 @@ ALTER EXTENSION pg_trgm ADD FUNCTION planter.member();
 RESET ROLE;
 """
 
+# tablefunc's crosstab runs the SQL text it is given: checked when it is a constant.
+TABLEFUNC = """
+CREATE EXTENSION tablefunc SCHEMA public;
+SET ROLE {role};
+CREATE VIEW planter.v_crosstab AS
+    SELECT * FROM public.crosstab('SELECT ''r''::text, ''c''::text, (1 === 2)::text')
+    AS ct(r text, c text);
+RESET ROLE;
+"""
+
 REMOTE = """
 CREATE SEQUENCE public.remote_effects;
 CREATE TABLE public.written (n bigint);
@@ -253,6 +263,7 @@ class Bed:
     xml: bool  # the server was built with libxml (the *_to_xml functions work)
     version: int  # PostgreSQL major version
     extension: bool  # the planter could install pg_trgm (a trusted extension)
+    tablefunc: bool  # the server has tablefunc
 
     async def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -25,6 +25,7 @@ from guardbed import (
     PLANT,
     REMOTE,
     SPANS,
+    TABLEFUNC,
     Bed,
     fdw_options,
     planter_role,
@@ -46,6 +47,7 @@ class Attack:
     xml: bool = False  # needs a server built with libxml to be real
     since: int = 0  # the PostgreSQL major version that has what it uses
     extension: bool = False  # needs the planter's pg_trgm (a trusted extension)
+    tablefunc: bool = False  # needs tablefunc
 
     @property
     def id(self) -> str:
@@ -267,6 +269,29 @@ ATTACKS = [
         UNTRUSTED,
         since=16,
     ),
+    A(
+        "crosstab_sql_text",
+        "SELECT * FROM crosstab('SELECT ''r''::text, ''c''::text, (1 === 2)::text') "
+        "AS ct(r text, c text)",
+        "planter.op_fn",
+        UNTRUSTED,
+        tablefunc=True,
+    ),
+    A(
+        "crosstab_sql_text_not_a_constant",
+        "SELECT * FROM crosstab((SELECT 'SELECT 1')) AS ct(r text, c text)",
+        "crosstab",
+        "names_object_at_run_time",
+        real=False,
+        tablefunc=True,
+    ),
+    A(
+        "view_of_crosstab",
+        "SELECT * FROM planter.v_crosstab",
+        "planter.op_fn",
+        UNTRUSTED,
+        tablefunc=True,
+    ),
     A("foreign_table", "SELECT * FROM planter.remote_trap", "remote_trap", "foreign_table"),
     # (Through the planter's view, postgres_fdw would connect as the planter and need a password.)
     A(
@@ -365,11 +390,16 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
             extension = True
         except asyncpg.PostgresError:  # no pg_trgm on this server
             extension = False
+        try:
+            await execute(db.dsn, TABLEFUNC.format(role=role))
+            tablefunc = True
+        except asyncpg.PostgresError:  # no tablefunc on this server
+            tablefunc = False
         xml = (await server_features(pg)).xml
         conn = await asyncpg.connect(db.dsn)
         version = conn.get_server_version().major
         await conn.close()
-        yield Bed(db.dsn, remote.dsn, role, xml, version, extension)
+        yield Bed(db.dsn, remote.dsn, role, xml, version, extension, tablefunc)
     finally:
         await pg.drop_database(db.name)
         await pg.drop_database(remote.name)
@@ -414,7 +444,11 @@ async def test_planted_object_is_refused_and_changes_nothing(
     bed: Bed, client: Client, attack: Attack, tool: str
 ) -> None:
     explain = tool == "explain_query"
-    if bed.version < attack.since or (attack.extension and not bed.extension):
+    if (
+        bed.version < attack.since
+        or (attack.extension and not bed.extension)
+        or (attack.tablefunc and not bed.tablefunc)
+    ):
         # What it uses does not exist here: PostgreSQL says so.
         body = await call_error(client, tool, sql=attack.sql)
         assert body["error"]["code"] == "INVALID_SQL", body
@@ -452,6 +486,18 @@ async def test_the_same_kinds_from_safe_parts_are_served(
         assert out["rows"] == rows
     plan = await call(client, "explain_query", sql=sql)
     assert plan["plan"]
+
+
+async def test_crosstab_of_constant_safe_sql_is_served(bed: Bed, client: Client) -> None:
+    sql = (
+        "SELECT * FROM crosstab('SELECT ''r''::text, ''c''::text, ''v''::text') "
+        "AS ct(r text, c text)"
+    )
+    if bed.tablefunc:
+        assert (await call(client, "execute_query", sql=sql))["rows"] == [{"r": "r", "c": "v"}]
+    else:  # PostgreSQL: no such function
+        body = await call_error(client, "execute_query", sql=sql)
+        assert body["error"]["code"] == "INVALID_SQL", body
 
 
 async def test_safe_view_is_sampled(client: Client) -> None:

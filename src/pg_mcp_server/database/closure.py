@@ -32,12 +32,14 @@ from pg_mcp_server.database.rules import (
     NAMES_DATABASE,
     NAMES_RELATION,
     NAMES_SCHEMA,
+    NAMES_SQL,
     NAMES_TYPE_OID,
     OPERATOR,
     RELATION,
     ROW,
     TYPE,
     Judge,
+    Naming,
     Obj,
     Refusal,
     suggestion_for,
@@ -49,9 +51,11 @@ from pg_mcp_server.database.safety import (
     Relations,
     TreeRefs,
 )
-from pg_mcp_server.database.sqlrefs import Call, Refs, refs_of
+from pg_mcp_server.database.sqlrefs import Call, Refs, refs_of, select_refs
 
-_NAMES_AT_RUN_TIME = "reads the relation, schema or type named in an argument's value"
+_NAMES_AT_RUN_TIME = (
+    "runs what an argument's value names (a relation, a schema, a type or SQL text)"
+)
 _ROW_ARGUMENTS = frozenset(
     {"record", "anyelement", "anycompatible", "anynonarray", "anycompatiblenonarray"}
 )
@@ -264,17 +268,21 @@ class _Walk:
     def statement(self, refs: Refs) -> None:
         self.names(refs, None, self.c.path)
 
-    def call(self, call: Call, parent: Obj | None, path: tuple[int, ...]) -> None:
+    def call(
+        self, call: Call, parent: Obj | None, path: tuple[int, ...], *, naming_only: bool = False
+    ) -> None:
+        """Every function a call may resolve to; for one that runs what a value names, that
+        object instead when the value is a constant (refused otherwise). `naming_only`: the
+        other candidates are known already (a view's, by oid)."""
         nargs = len(call.args)
         for f in self.functions(call.schema, call.name, nargs, path):
             naming = self.judge.naming(f.oid)
             if naming is None:
-                self.add((FUNCTION, f.oid), parent)
-            elif parent is None and self.target(naming, call, path, f.oid):
-                pass  # the statement names a constant object: that object is checked instead
-            else:
+                if not naming_only:
+                    self.add((FUNCTION, f.oid), parent)
+            elif not self.target(naming, call, path, (FUNCTION, f.oid), parent):
                 self.refuse_naming(f.oid, parent)
-        if nargs == 1:  # `name(x)` is a cast to type `name` when no function fits
+        if nargs == 1 and not naming_only:  # `name(x)` casts to type `name` if no function fits
             for t in self.types(call.schema, call.name, path):
                 self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
 
@@ -282,56 +290,62 @@ class _Walk:
         chain = self.chain(parent) if parent is not None else ()
         self.refuse(
             "names_object_at_run_time",
-            f"{_NAMES_AT_RUN_TIME}, and the guard can only check such a name when the statement "
-            "passes it as a constant",
+            f"{_NAMES_AT_RUN_TIME}, and the guard can only check what a constant names",
             (*chain, self.judge.describe((FUNCTION, oid), self.relations)),
-            "Pass the relation, schema or type name as a string constant in the query itself.",
+            "Pass the relation, schema or type name, or the SQL text, as a string constant.",
         )
 
     def target(
-        self, naming: tuple[int, str | None, str], call: Call, path: tuple[int, ...], via: int
+        self, naming: Naming, call: Call, path: tuple[int, ...], fn: Obj, parent: Obj | None
     ) -> bool:
-        """Reach the object a call names by a constant; False when it is not a constant."""
-        position, argument, kind = naming
-        parent: Obj = (FUNCTION, via)
-        # Named in the chain, never expanded: a built-in whose only code is the object it names.
-        self.reached.setdefault(parent, None)
+        """Reach what a call names by constants; False when an argument is not a constant."""
+        positions, arguments, kind = naming
+        # Named in the chain, never expanded: a built-in whose only code is what it names.
+        self.reached.setdefault(fn, parent)
         if kind == NAMES_DATABASE:
-            self.schema_relations(ALL_SCHEMAS, via)
+            self.schema_relations(ALL_SCHEMAS, fn)
             return True
-        value = _argument(call, position, argument)
-        if value is None:
-            return False
+        values = [_argument(call, p, a) for p, a in zip(positions, arguments, strict=True)]
+        return all(v is not None and self.named(kind, v, path, fn) for v in values)
+
+    def named(self, kind: str, value: str, path: tuple[int, ...], fn: Obj) -> bool:
+        """Reach the object `value` names; False when it cannot be read as such a name."""
         if kind == NAMES_SCHEMA:
-            self.schema_relations(value, via)
+            self.schema_relations(value, fn)
+            return True
+        if kind == NAMES_SQL:
+            refs = select_refs(value)
+            if isinstance(refs, str):
+                return False
+            self.names(refs, fn, path)
             return True
         if kind == NAMES_RELATION:
             if value.isdigit():
-                self.add((RELATION, int(value)), parent)
+                self.add((RELATION, int(value)), fn)
                 return True
             parts = sqltree.qualified_name(value)
             if parts is None:
                 return False
             schema, name = (parts[-2] if len(parts) > 1 else None), parts[-1]
             for oid in self.relation_names(self.schemas(schema, path), name):
-                self.add((RELATION, oid), parent)
+                self.add((RELATION, oid), fn)
             return True
         if kind == NAMES_TYPE_OID and value.isdigit():
-            self.type(int(value), parent)
+            self.type(int(value), fn)
             return True
         type_name = sqltree.type_name(value)
         if type_name is None:
             return False
         for t in self.types(*type_name, path):
-            self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
+            self.add((TYPE, t) if t > 0 else (ROW, -t), fn)
         return True
 
-    def schema_relations(self, schema: str, via: int) -> None:
+    def schema_relations(self, schema: str, fn: Obj) -> None:
         self.lookups.schemas.add(schema)
         if schema not in self.relations.in_schema:
             self.unresolved = True
         for oid in self.relations.in_schema.get(schema, ()):
-            self.add((RELATION, oid), (FUNCTION, via))
+            self.add((RELATION, oid), fn)
 
     # --- edges -------------------------------------------------------------------------
 
@@ -500,17 +514,23 @@ class _Walk:
             self.type(t, obj)
         if not full:
             return
-        self.tree(rel.code, obj)
+        if rel.view_refs is not None:  # its calls with their constants, as written
+            for call in rel.view_refs.calls:
+                self.call(call, obj, self.c.path, naming_only=True)
+        self.tree(rel.code, obj, naming_checked=rel.view_refs is not None)
         for child in rel.children:
             self.add((RELATION, child), obj)
         for fam in rel.families:
             self.add((FAMILY, fam), obj)
 
-    def tree(self, refs: TreeRefs, parent: Obj) -> None:
+    def tree(self, refs: TreeRefs, parent: Obj, *, naming_checked: bool = False) -> None:
+        """Objects a stored tree references by oid. A function that runs what a value names
+        is refused (the tree keeps no argument text), unless `naming_checked`: a view whose
+        definition's calls were checked by name (see relation_edges)."""
         for f in refs.functions:
             if self.judge.naming(f) is None:
                 self.add((FUNCTION, f), parent)
-            else:
+            elif not naming_checked:
                 self.refuse_naming(f, parent)
         for op in refs.operators:
             self.add((OPERATOR, op), parent)
@@ -550,6 +570,7 @@ def _driver_lookup() -> Refs:
 
 
 def _argument(call: Call, position: int, name: str | None) -> str | None:
+    """The constant passed to a parameter, by name or by position; None if not a constant."""
     for arg_name, value in call.args:
         if arg_name is not None and arg_name == name:
             return value

@@ -94,39 +94,42 @@ REFUSED_SYMBOLS = {
             "cursor_to_xmlschema",
             "ts_stat1",
             "ts_stat2",
-            "crosstab",
-            "crosstab_hash",
             "connectby_text",
             "connectby_text_serial",
         ),
         "runs SQL given to it as text, which the guard cannot see",
     ),
 }
-# tablefunc's SQL-text functions by name, for servers where a stand-in takes their place.
-REFUSED_NAMES = frozenset({"crosstab", "crosstab2", "crosstab3", "crosstab4", "connectby"})
 
-# Built-ins that run the code of a relation, a schema's relations, the database's relations or a
-# type named in an argument's value: allowed where the statement passes a constant the guard
-# can check, refused anywhere else. By C symbol: (argument position, argument name, what it
-# names). The input and receive functions of types that take a type oid (record_in, range_in,
-# domain_in, ...) count too: called directly, they run the code of the type that oid names.
-NAMES_RELATION, NAMES_SCHEMA, NAMES_DATABASE, NAMES_TYPE, NAMES_TYPE_OID = "r", "s", "d", "t", "o"
-NAMING_SYMBOLS: dict[str, tuple[int, str | None, str]] = {
+# Built-ins that run the code of a relation, a schema's relations, the database's relations, a
+# type or an SQL text named in an argument's value: allowed where the statement (or a view or
+# SQL body) passes a constant the guard can check, refused anywhere else. By C symbol:
+# (argument positions, argument names, what they name). The input and receive functions of
+# types that take a type oid (record_in, domain_in, ...) count too: called directly, they run
+# the code of the type that oid names.
+NAMES_RELATION, NAMES_SCHEMA, NAMES_DATABASE = "relation", "schema", "database"
+NAMES_TYPE, NAMES_TYPE_OID, NAMES_SQL = "type", "type oid", "sql"
+Naming = tuple[tuple[int, ...], tuple[str | None, ...], str]
+NAMING_SYMBOLS: dict[str, Naming] = {
     **dict.fromkeys(
         ("table_to_xml", "table_to_xmlschema", "table_to_xml_and_xmlschema"),
-        (0, "tbl", NAMES_RELATION),
+        ((0,), ("tbl",), NAMES_RELATION),
     ),
     **dict.fromkeys(
         ("schema_to_xml", "schema_to_xmlschema", "schema_to_xml_and_xmlschema"),
-        (0, "schema", NAMES_SCHEMA),
+        ((0,), ("schema",), NAMES_SCHEMA),
     ),
     **dict.fromkeys(
         ("database_to_xml", "database_to_xmlschema", "database_to_xml_and_xmlschema"),
-        (0, None, NAMES_DATABASE),
+        ((), (), NAMES_DATABASE),
     ),
-    "pg_input_is_valid": (1, "type_name", NAMES_TYPE),
-    "pg_input_error_info": (1, "type_name", NAMES_TYPE),
+    "pg_input_is_valid": ((1,), ("type_name",), NAMES_TYPE),
+    "pg_input_error_info": ((1,), ("type_name",), NAMES_TYPE),
+    # tablefunc: crosstab(text), crosstab(text, int), crosstabN(text); crosstab(text, text)
+    "crosstab": ((0,), (None,), NAMES_SQL),
+    "crosstab_hash": ((0, 1), (None, None), NAMES_SQL),
 }
+
 FUNCTION, OPERATOR, TYPE, RELATION, ROW, FAMILY, CAST = (
     "function",
     "operator",
@@ -251,11 +254,6 @@ class Judge:
             verdict = ("procedure", "is a procedure")
         elif f.language in ("internal", "c") and f.source in REFUSED_SYMBOLS:
             verdict = ("refused_function", REFUSED_SYMBOLS[f.source])
-        elif f.name in REFUSED_NAMES:
-            verdict = (
-                "refused_function",
-                "runs SQL given to it as text, which the guard cannot see",
-            )
         elif f.language == "internal" and not self._trusted(f):
             if self._symbol_unsafe(f.source or ""):
                 verdict = ("untrusted_owner", f"is owned by role {f.owner_name!r}")
@@ -272,16 +270,16 @@ class Judge:
         self._verdicts[oid] = verdict
         return verdict
 
-    def naming(self, oid: int) -> tuple[int, str | None, str] | None:
+    def naming(self, oid: int) -> Naming | None:
         """(argument position, argument name, kind) when calling this function directly runs
         the code of an object named in an argument's value (see NAMING_SYMBOLS)."""
         f = self.catalog.functions.get(oid)
-        if f is None or f.language != "internal":
+        if f is None or f.language not in ("internal", "c"):
             return None
         if f.source in NAMING_SYMBOLS:
             return NAMING_SYMBOLS[f.source]
         if oid in self.catalog.input_functions and _OID in f.types[: f.nargs]:
-            return (f.types.index(_OID), None, NAMES_TYPE_OID)
+            return ((f.types.index(_OID),), (None,), NAMES_TYPE_OID)
         return None
 
     def body(self, f: Function) -> Refs | str | None:

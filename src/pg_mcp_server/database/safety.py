@@ -23,6 +23,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 
+from pg_mcp_server.database import sqltree
+from pg_mcp_server.database.sqlrefs import Refs, refs_of
+
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
 # only by a superuser editing the system catalogs, so the per-call digest skips them.
 FIRST_USER_OID = 16384
@@ -437,6 +440,8 @@ class Relation:
     families: tuple[int, ...]  # of its indexes and partition key
     owner_name: str
     array_type: int  # the array of its row type
+    # a view's definition as SQL (None when it does not parse): its calls with their constants
+    view_refs: Refs | None
 
 
 # The rows that hang off a relation, by the column that names it.
@@ -501,13 +506,19 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
           CROSS JOIN LATERAL pg_catalog.unnest(t.partclass::pg_catalog.oid[]) AS k(opc)
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE t.partrelid = c.oid),
     pg_catalog.pg_get_userbyid(c.relowner),
-    (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype)))
+    (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
+    CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END))
 FROM pg_catalog.pg_class c
 WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
                 FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
                 WHERE t.oid = ANY ($2::pg_catalog.oid[]))
 """
+
+
+def _view_refs(definition: str | None) -> Refs | None:
+    tree = sqltree.parse(definition) if definition else None
+    return refs_of(tree) if tree else None
 
 
 K = TypeVar("K")
@@ -558,6 +569,7 @@ class Relations:
                 families=tuple(r[9]),
                 owner_name=r[10],
                 array_type=r[11] or 0,
+                view_refs=_view_refs(r[12]),
             )
             self.by_oid[rel.oid] = rel
             for typ in (rel.row_type, rel.array_type):

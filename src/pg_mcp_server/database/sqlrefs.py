@@ -144,6 +144,24 @@ def plpgsql_refs(create_function: str) -> Refs | str:
     return refs
 
 
+_WRITES = frozenset({"InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"})
+
+
+def select_refs(sql: str) -> Refs | str:
+    """The names in SQL text a function will run (crosstab's), or why it is not plain reading:
+    one or more SELECTs, without data-modifying parts, INTO or row locks."""
+    tree = sqltree.parse(sql)
+    if tree is None:
+        return "is not SQL the guard can parse"
+    refs = refs_of(tree)
+    if refs.statements != {"SelectStmt"}:
+        return "is not a SELECT"
+    for key, _ in walk(tree):
+        if key in _WRITES or key in ("intoClause", "lockingClause"):
+            return "writes, locks rows or creates a table"
+    return refs
+
+
 def refs_of(tree: dict[str, Any]) -> Refs:
     """Every name in a parsed statement list (pglast JSON), by kind."""
     calls: set[Call] = set()
