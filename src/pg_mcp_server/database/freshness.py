@@ -1,6 +1,8 @@
 """Keeping the guard's catalog facts current: one round trip per check.
 
-Before a statement runs, one statement on the caller's connection (CHECK) reports the search
+While nothing has committed anywhere since a statement's plan was last found current (the
+same snapshot), QUICK confirms it. Otherwise one statement on the caller's connection (CHECK)
+reports the search
 path, the trusted roles and a digest (row count and xmin sum) of exactly the catalog rows the
 verdict rests on: the functions, operators and types the statement reached or may resolve its
 names to, their domain constraints, aggregate and extension rows, every relation reached (its
@@ -9,6 +11,7 @@ and the user rows of the small catalogs (casts, operator classes and families, r
 CREATE, ALTER, DROP or GRANT there adds, removes or replaces such a row: the digest differs,
 the facts are read again, and the verdict is made anew. When the digest matches, the facts are
 those PostgreSQL will use, up to commits in the moment between the check and the statement.
+On a database where something commits all the time, QUICK is skipped while that goes on.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ unsafe. PostgreSQL is the backstop (user SQL runs read-only and is rolled back),
 read-only transaction still allows side effects such as advisory locks, `set_config`, an XID
 consumed, statistics reset or a sequence advanced. So the guard allows exactly one SELECT, and
 only when every object it may reach, and all the code those run, is safe for a reader (see
-database/closure.py for what "safe" means, database/freshness.py for how current it is).
+database/rules.py for what "safe" means, database/closure.py for what a statement reaches,
+database/freshness.py for how current the facts are).
 """
 
 from __future__ import annotations
@@ -214,8 +215,8 @@ def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = Tr
 class SqlGuard:
     """The gate every statement passes, before PostgreSQL parses it: structure first (one
     SELECT, no writes, locks or INTO), then every object its names may resolve to and all the
-    code those can run (database/closure.py), judged on catalog facts that one round trip on
-    the caller's connection confirms are current (database/freshness.py)."""
+    code those can run (database/closure.py, database/rules.py), judged on catalog facts that
+    one round trip on the caller's connection confirms are current (database/freshness.py)."""
 
     strict_comments: bool = True
     trusted_roles: tuple[str, ...] = ()
