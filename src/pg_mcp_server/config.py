@@ -178,6 +178,21 @@ class ServerSettings(BaseSettings):
         ge=1024,
         description="Most bytes of row JSON execute_query returns; further rows are cut",
     )
+    trusted_roles: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Comma-separated roles whose functions the guard trusts as marked (besides "
+            "superusers and extension members); objects owned by other roles must be built "
+            "from trusted parts only"
+        ),
+    )
+    allow_foreign_tables: bool = Field(
+        default=False,
+        description=(
+            "Let queries read foreign tables (the remote side runs outside the read-only "
+            "transaction, so a remote view or function there can change state)"
+        ),
+    )
     require_read_only_role: bool = Field(
         default=False,
         description=(
@@ -228,7 +243,9 @@ class ServerSettings(BaseSettings):
         ),
     )
 
-    @field_validator("auth_tokens", "allowed_hosts", "allowed_origins", mode="before")
+    @field_validator(
+        "auth_tokens", "allowed_hosts", "allowed_origins", "trusted_roles", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):
