@@ -13,6 +13,7 @@ import anyio
 
 from pg_mcp_server.config import DatabaseSettings
 from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.errors import PgMcpError
 
 logger = logging.getLogger("pg_mcp_server")
@@ -38,7 +39,7 @@ WHERE r.rolname = current_user
 async def audit_role(db: Database) -> list[str]:
     """What the role could do beyond reading, one sentence each; empty for a true reader."""
     async with db.read_only() as conn:
-        row = await conn.fetchrow(AUDIT, FILE_ROLES)
+        row = await conn.fetchrow(pin(AUDIT), FILE_ROLES)
     assert row is not None
     role = row["role"]
     found: list[str] = []

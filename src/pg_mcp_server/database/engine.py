@@ -37,6 +37,7 @@ import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     ConnectionLostError,
@@ -92,7 +93,7 @@ class Database:
         )
         self._releasing: set[asyncio.Task[None]] = set()
         self._session = _SESSION.format(ms=settings.statement_timeout)
-        self._reset = _RESET.format(ms=settings.statement_timeout)
+        self._reset = pin(_RESET.format(ms=settings.statement_timeout))
         # Connections that served a call before: one of those found dead may be retried.
         self._used: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
         # Bumped when a cached statement went stale; see _use and _checkout.
@@ -259,7 +260,7 @@ class Database:
         if backends:
             async with self.catalog() as conn:
                 await conn.execute(
-                    "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid",
+                    pin("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid"),
                     sorted(backends),
                 )
 

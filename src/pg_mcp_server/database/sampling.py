@@ -86,9 +86,11 @@ async def sample_rows(
     use_tablesample = (
         randomize and estimated > TABLESAMPLE_THRESHOLD and shape["relkind"] in _SAMPLEABLE
     )
+    # Our parts of this statement name their functions with pg_catalog by hand (see
+    # pinned.py): pin() would pin the caller's WHERE clause too, and change what it means.
     order = ""
     if randomize:
-        order = " ORDER BY random()"
+        order = " ORDER BY pg_catalog.random()"
         notes.append("randomized")
     elif shape["primary_key"]:
         order = " ORDER BY " + ", ".join(quote_ident(c) for c in shape["primary_key"])
@@ -104,7 +106,7 @@ async def sample_rows(
             by_rows = limit * 50 / max(estimated, 1)
             by_pages = 20 / max(shape["relpages"], 1) if shape["relpages"] > 0 else 0.0
             percent = min(100.0, max(0.001, 100.0 * max(by_rows, by_pages)))
-            frm = f"{source} TABLESAMPLE SYSTEM ({percent:.4f})"
+            frm = f"{source} TABLESAMPLE pg_catalog.system ({percent:.4f})"
         return f"SELECT {select_list} FROM {frm}{where}{order} LIMIT {int(limit)}"
 
     sql = build(use_tablesample)
