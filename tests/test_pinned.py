@@ -3,6 +3,7 @@ pg_catalog, and the spelled-out constructs give what the originals give, on real
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 from mcpclient import fetch
 from pgbed import PgServer
@@ -65,6 +66,34 @@ async def test_pinned_gives_what_the_original_gives(pg: PgServer, expression: st
     got = (await fetch(pg.admin_dsn, pinned))[0][0]
     assert got == want
     assert len(set(want)) > 1, "the rows tell the cases apart"
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "a IS DISTINCT FROM $1",
+        "$1 IS NOT DISTINCT FROM a",
+        "NULLIF(a, $1)",
+        "a IN ($1, 3)",
+        "a NOT BETWEEN $1 AND 3",
+        "CASE a WHEN $1 THEN 'x' END",
+        "a::text LIKE $1",
+    ],
+)
+async def test_parameters_keep_their_types(pg: PgServer, expression: str) -> None:
+    """A parameter still gets its type from what it is compared with, and the answers for
+    a value and for NULL are the same."""
+    sql = f"SELECT array_agg(({expression})::text ORDER BY n) FROM {ROWS} t(n, a, b)"
+    conn = await asyncpg.connect(pg.admin_dsn)
+    try:
+        original, pinned = await conn.prepare(sql), await conn.prepare(pin(sql))
+        types = [t.name for t in original.get_parameters()]
+        assert [t.name for t in pinned.get_parameters()] == types
+        value = "1%" if types == ["text"] else 1
+        for arg in (value, None):
+            assert await pinned.fetchval(arg) == await original.fetchval(arg)
+    finally:
+        await conn.close()
 
 
 def test_pin_names_what_it_pins() -> None:

@@ -192,6 +192,10 @@ def _simple(node: Any, construct: str, instead: str) -> Any:
     return node
 
 
+def _true(value: bool) -> ast.A_Const:
+    return ast.A_Const(val=ast.Boolean(value))
+
+
 def _case(whens: list[tuple[Any, Any]], default: Any) -> ast.CaseExpr:
     return ast.CaseExpr(
         args=tuple(ast.CaseWhen(expr=cond, result=result) for cond, result in whens),
@@ -241,7 +245,8 @@ def _rewrite(node: ast.Node) -> Any:
 def _a_expr(node: ast.A_Expr) -> Any:
     kind = node.kind
     op = node.name[-1].sval if node.name else "="
-    left, right = node.lexpr, node.rexpr
+    left: Any = node.lexpr
+    right: Any = node.rexpr
     items: tuple[Any, ...] = right if isinstance(right, tuple) else ()
     if kind in _PINNED_KINDS or kind in _PATTERN_KINDS:
         node.kind = _K.AEXPR_OP if kind in _PATTERN_KINDS else kind
@@ -273,20 +278,21 @@ def _a_expr(node: ast.A_Expr) -> Any:
         null = ast.A_Const(isnull=True)
         return _case([(_op("=", left, right), null)], copy.deepcopy(left))
     if kind in (_K.AEXPR_DISTINCT, _K.AEXPR_NOT_DISTINCT):
-        _simple(left, "IS DISTINCT FROM", "a CASE over IS NULL and =")
-        _simple(right, "IS DISTINCT FROM", "a CASE over IS NULL and =")
+        # CASE WHEN x = y THEN <not distinct> WHEN x IS NULL THEN y IS [NOT] NULL ELSE
+        # <distinct> END: the comparison first, so that a parameter gets its type from it
+        # (`$1 IS NULL` first would leave it undetermined).
+        _simple(left, "IS DISTINCT FROM", "a CASE over = and IS NULL")
+        _simple(right, "IS DISTINCT FROM", "a CASE over = and IS NULL")
         distinct = kind == _K.AEXPR_DISTINCT
-
-        def is_null(x: Any, null: bool) -> ast.NullTest:
-            test = enums.NullTestType.IS_NULL if null else enums.NullTestType.IS_NOT_NULL
-            return ast.NullTest(arg=copy.deepcopy(x), nulltesttype=test)
-
-        equal = _op("=", copy.deepcopy(left), copy.deepcopy(right))
+        test = enums.NullTestType.IS_NOT_NULL if distinct else enums.NullTestType.IS_NULL
         return _case(
             [
-                (is_null(left, True), is_null(right, not distinct)),
-                (is_null(right, True), ast.A_Const(val=ast.Boolean(distinct))),
+                (_op("=", left, right), _true(not distinct)),
+                (
+                    ast.NullTest(arg=copy.deepcopy(left), nulltesttype=enums.NullTestType.IS_NULL),
+                    ast.NullTest(arg=copy.deepcopy(right), nulltesttype=test),
+                ),
             ],
-            ast.BoolExpr(boolop=enums.BoolExprType.NOT_EXPR, args=(equal,)) if distinct else equal,
+            _true(distinct),
         )
     raise UnpinnableSqlError(f"{kind}: write it with plain comparisons")
