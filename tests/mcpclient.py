@@ -32,6 +32,12 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     return result.structured_content
 
 
+def records(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """execute_query's rows (arrays under a columns header) as one dict per row."""
+    names = [c["name"] for c in out["columns"]]
+    return [dict(zip(names, row, strict=True)) for row in out["rows"]]
+
+
 async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     """A failed call's PRD ToolError body, checked for shape."""
     result = await client.call_tool(tool, arguments)

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcpclient import call, call_error, fetch
+from mcpclient import call, call_error, fetch, records
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 ACCEPT = "application/json, text/event-stream"
@@ -188,7 +188,7 @@ async def test_legacy_client_initializes_and_calls(server: Running) -> None:
     async with Client(server.mcp, mode="legacy") as client:
         assert client.protocol_version == "2025-11-25"
         out = await call(client, "execute_query", sql="SELECT count(*) AS n FROM users")
-        assert out["rows"][0]["n"] > 0
+        assert records(out)[0]["n"] > 0
         body = await call_error(client, "describe_table", table_name="order")
         assert body["error"]["code"] == "TABLE_NOT_FOUND"
 
@@ -269,7 +269,7 @@ async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.As
         ):
             for _ in range(6):
                 out = await call(client, "execute_query", sql="SELECT count(*) AS n FROM users")
-                assert out["rows"][0]["n"] > 0
+                assert records(out)[0]["n"] > 0
 
 
 def _workers_of(running: Running) -> list[psutil.Process]:

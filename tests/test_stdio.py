@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 from mcp import Client, StdioServerParameters
-from mcpclient import call, call_error
+from mcpclient import call, call_error, records
 
 ALL_TOOLS = {
     "list_schemas",
@@ -76,7 +76,7 @@ async def test_demo_mode_over_stdio() -> None:
         counted = await call(
             client, "execute_query", sql="SELECT count(*) AS n " + path["paths"][0]["sql_example"]
         )
-        assert counted["rows"][0]["n"] > 0
+        assert records(counted)[0]["n"] > 0
         # The demo serves through a read-only role: the start-up audit has nothing to report.
         assert client.instructions and "more rights than reading" not in client.instructions
 

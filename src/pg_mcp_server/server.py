@@ -65,7 +65,7 @@ def build_server(
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
         database = db or Database(settings.database)
         guard = SqlGuard(
-            strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
+            strict_comments=settings.server.block_keywords_in_comments, connect=database.session
         )
         try:
             yield AppContext(

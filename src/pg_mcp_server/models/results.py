@@ -6,29 +6,27 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+# No docstrings or field descriptions on the execute_query models: they become the tool's
+# outputSchema, which clients read and validate every result against (the tool description
+# says what each field means).
+
 
 class QueryColumn(BaseModel):
-    """Metadata about a result column."""
-
     name: str
     data_type: str
 
 
 class ExecuteQueryOutput(BaseModel):
-    """Output for execute_query tool."""
-
+    # PRD 6.3.1, with rows as arrays in the order of `columns` (a header, then values only:
+    # the same facts in far fewer bytes than an object per row)
     columns: list[QueryColumn]
-    rows: list[dict[str, Any]]
+    rows: list[list[Any]]
     row_count: int
-    has_more: bool = Field(description="Whether results were truncated by limit")
+    has_more: bool
     execution_time_ms: float
-    query_hash: str = Field(description="Hash of executed query for reference")
-    # additive
-    note: str | None = Field(
-        default=None,
-        description="Why rows were cut (row limit or size limit), renamed duplicate columns, "
-        "redactions",
-    )
+    query_hash: str
+    # additive, present only when there is something to say
+    note: str = ""
 
 
 class ExplainQueryOutput(BaseModel):

@@ -59,7 +59,7 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
         ] = default_schema,
     ) -> Annotated[CallToolResult, GetForeignKeysOutput]:
         app = app_context(ctx)
-        async with app.db.catalog() as conn:
+        async with app.db.session() as conn:
             outgoing, incoming = await foreign_keys_of(conn, schema_name, table_name)
         return ok(
             GetForeignKeysOutput(
@@ -84,7 +84,7 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
         app = app_context(ctx)
         start, goal = (from_schema, from_table), (to_schema, to_table)
-        async with app.db.catalog() as conn:
+        async with app.db.session() as conn:
             graph, start_oid, goal_oid = await app.graph.load(conn, start, goal)
         paths, capped = graph.paths(start_oid, goal_oid, max_depth)
         if not paths:

@@ -78,7 +78,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = False,
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
         app = app_context(ctx)
-        async with app.db.catalog() as conn:
+        async with app.db.session() as conn:
             rows = await catalog.list_schemas(conn, include_system)
         schemas = [SchemaInfo(**r) for r in rows]
         return ok(ListSchemasOutput(schemas=schemas, total_count=len(schemas)))
@@ -105,7 +105,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = 0,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
         app = app_context(ctx)
-        async with app.db.catalog() as conn:
+        async with app.db.session() as conn:
             rows, total = await catalog.list_tables(
                 conn, schema_name, include_views, name_pattern, limit, offset
             )
@@ -131,7 +131,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         app = app_context(ctx)
         key = (schema_name, table_name, include_indexes, include_constraints)
         cached = app.described.get(key)
-        async with app.db.catalog() as conn:
+        async with app.db.session() as conn:
             row = await catalog.describe_table(
                 conn,
                 schema_name,
@@ -178,9 +178,11 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = False,
     ) -> Annotated[CallToolResult, GetSampleRowsOutput]:
         app = app_context(ctx)
-        async with app.db.read_only() as conn:
-            sample = await sample_rows(
+        sample = await app.db.run(
+            lambda conn: sample_rows(
                 conn,
+                app.db,
+                app.shapes,
                 app.guard,
                 schema=schema_name,
                 table=table_name,
@@ -189,7 +191,10 @@ def schema_tools(default_schema: str) -> list[PgTool]:
                 where_clause=where_clause,
                 randomize=randomize,
                 sensitive=app.sensitive,
-            )
+                max_bytes=app.settings.server.max_result_bytes,
+            ),
+            explicit=True,
+        )
         return ok(
             GetSampleRowsOutput(
                 table_name=table_name,
