@@ -26,7 +26,7 @@ from typing import Any
 REDACTED = "[REDACTED]"
 CUT_MARK = " more characters]"
 
-_TEXTUAL = frozenset({"text", "varchar", "bpchar", "name", "xml", "tsvector", "tsquery", "citext"})
+_TEXTUAL = frozenset({"text", "varchar", "xml", "tsvector", "tsquery", "citext"})
 
 # Readable names for the types the driver reports by their internal names.
 _TYPE_NAMES = {
