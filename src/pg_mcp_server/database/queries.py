@@ -208,10 +208,12 @@ async def run_query(
     if result.read > limit:
         notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
     if result.cut_by_size:
-        notes.append(
-            f"cut after {len(result.rows)} rows at the {max_bytes}-byte result limit; "
-            "select fewer columns or rows"
+        cut = (
+            f"cut after {len(result.rows)} rows at"
+            if result.rows
+            else "the first row alone is over"
         )
+        notes.append(f"{cut} the {max_bytes}-byte result limit; select fewer columns or rows")
     redacted = values.redacted_names(result.columns, result.rows)
     if redacted:
         notes.append("redacted sensitive columns: " + ", ".join(redacted))

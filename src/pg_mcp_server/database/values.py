@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 REDACTED = "[REDACTED]"
-CUT_MARK = " more characters]"
+CUT_MARKS = (" more characters]", " more bytes]")
 
 _TEXTUAL = frozenset({"text", "varchar", "xml", "tsvector", "tsquery", "citext"})
 
@@ -111,13 +111,19 @@ def _json(expr: str) -> str:
     return f"pg_catalog.to_json({expr})::pg_catalog.text"
 
 
-def _cut(expr: str, max_text: int) -> str:
-    text = f"({expr})::pg_catalog.text"
-    return _json(
-        f"CASE WHEN pg_catalog.length({text}) > {max_text} THEN pg_catalog.left({text}, "
-        f"{max_text}) || '... [' || (pg_catalog.length({text}) - {max_text}) || '{CUT_MARK}'"
-        f" ELSE {text} END"
+def _cut(text: str, max_text: int) -> str:
+    """`text` (an expression of type text) as JSON, cut after `max_text` characters with a mark
+    saying how many more there were (octet_length first: it needs no detoasting)."""
+    more = f"'... [' || (pg_catalog.length({text}) - {max_text}) || ' more characters]'"
+    return (
+        f"CASE WHEN pg_catalog.octet_length({text}) <= {max_text} THEN {_json(text)} "
+        f"WHEN pg_catalog.length({text}) > {max_text} "
+        f"THEN {_json(f'pg_catalog.left({text}, {max_text}) || {more}')} ELSE {_json(text)} END"
     )
+
+
+def _base64(ref: str) -> str:
+    return f"pg_catalog.replace(pg_catalog.encode({ref}, 'base64'), E'\\n', '')"
 
 
 def cell(column: Column, ref: str, *, max_text: int | None = None) -> str:
@@ -125,8 +131,16 @@ def cell(column: Column, ref: str, *, max_text: int | None = None) -> str:
     if column.redacted:
         return f"CASE WHEN {ref} IS NULL THEN NULL ELSE '\"{REDACTED}\"' END"
     if column.builtin and column.base == "bytea":
-        b64 = f"pg_catalog.translate(pg_catalog.encode({ref}, 'base64'), E'\\n', '')"
-        return _cut(b64, max_text) if max_text else _json(b64)
+        if not max_text:
+            return _json(_base64(ref))
+        # Cut the bytes, then encode what is left: base64 of max_text characters at most.
+        keep = max_text * 3 // 4
+        more = f"'... [' || (pg_catalog.octet_length({ref}) - {keep}) || ' more bytes]'"
+        cut = f"{_base64(f'pg_catalog.substring({ref}, 1, {keep})')} || {more}"
+        return (
+            f"CASE WHEN pg_catalog.octet_length({ref}) > {keep} THEN {_json(cut)} "
+            f"ELSE {_json(_base64(ref))} END"
+        )
     if column.builtin and column.base == "numeric":
         # abs(NaN) and the infinities sort above 1e300; the cast to double would overflow there.
         return (
@@ -135,7 +149,7 @@ def cell(column: Column, ref: str, *, max_text: int | None = None) -> str:
             f"ELSE {_json(f'{ref}::pg_catalog.text')} END"
         )
     if max_text and column.base in _TEXTUAL:
-        return _cut(ref, max_text)
+        return _cut(ref if column.base == "text" else f"({ref})::pg_catalog.text", max_text)
     return _json(ref)
 
 
@@ -167,4 +181,4 @@ def redacted_names(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> 
 
 
 def any_cut(rows: Sequence[Sequence[Any]]) -> bool:
-    return any(isinstance(v, str) and v.endswith(CUT_MARK) for row in rows for v in row)
+    return any(isinstance(v, str) and v.endswith(CUT_MARKS) for row in rows for v in row)
