@@ -37,10 +37,10 @@ def _defined(trees: list[ast.Module]) -> tuple[set[str], set[str]]:
     members: set[str] = set()
     modules: set[str] = set()
     for tree in trees:
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                modules.add(node.name)
-            for target in getattr(node, "targets", [getattr(node, "target", None)]):
+        for statement in tree.body:
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                modules.add(statement.name)
+            for target in getattr(statement, "targets", [getattr(statement, "target", None)]):
                 if isinstance(target, ast.Name):
                     modules.add(target.id)
         for node in ast.walk(tree):
