@@ -56,6 +56,7 @@ class Relay:
     target: Target
     port: int = 0
     flights: int = 0
+    trace: list[bytes] | None = None  # when a list: the start of each flight's first write
     _server: asyncio.Server | None = field(default=None, repr=False)
 
     def dsn(self, database: str, user: str | None = None) -> str:
@@ -81,6 +82,8 @@ class Relay:
                     if up and state["client_turn"]:
                         self.flights += 1
                         state["client_turn"] = False
+                        if self.trace is not None:
+                            self.trace.append(data[:80])
                     elif not up:
                         state["client_turn"] = True
                     dst.write(data)
