@@ -234,21 +234,21 @@ class Database:
 
     async def prepare(
         self, conn: asyncpg.Connection, sql: str
-    ) -> asyncpg.prepared_stmt.PreparedStatement:
-        """`sql` prepared on `conn`, kept for its next use (the last STATEMENT_CACHE of them):
-        a repeated statement costs no Parse. Behind a transaction pooler, parsed anew."""
+    ) -> tuple[asyncpg.prepared_stmt.PreparedStatement, bool]:
+        """`sql` prepared on `conn`, and whether it was prepared just now; kept for its next use
+        (the last STATEMENT_CACHE of them): a repeated statement costs no Parse. Behind a
+        transaction pooler, parsed anew every time."""
         if self.pooled:
-            return await conn.prepare(sql)
+            return await conn.prepare(sql), True
         cache = self._statements.setdefault(conn, OrderedDict())
         stmt = cache.get(sql)
-        if stmt is None:
-            stmt = await conn.prepare(sql)
-            cache[sql] = stmt
-            if len(cache) > STATEMENT_CACHE:
-                cache.popitem(last=False)  # asyncpg closes it once nothing refers to it
-        else:
+        if stmt is not None:
             cache.move_to_end(sql)
-        return stmt
+            return stmt, False
+        stmt = cache[sql] = await conn.prepare(sql)
+        if len(cache) > STATEMENT_CACHE:
+            cache.popitem(last=False)  # asyncpg closes it once nothing refers to it
+        return stmt, True
 
     def forget(self, sql: str) -> None:
         """Drop a statement that no longer fits its tables, on every connection (see

@@ -138,7 +138,7 @@ async def explain(
         )
     await guard.check(sql, conn)
     structured = "yaml" if fmt == "yaml" else "json"
-    stmt = await db.prepare(
+    stmt, _ = await db.prepare(
         conn,
         explain_sql(sql, fmt=structured, analyze=analyze, verbose=verbose, buffers=buffers),
     )

@@ -51,17 +51,24 @@ class Shape:
     columns: tuple[values.Column, ...]
     wrappers: dict[tuple[int, int, int | None], str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # The type of each typed NULL of a wrapper (an array of the column's type), and the
+        # columns as the answer shows them, made once.
+        self.typed_nulls = {
+            f"t{i}": c.base if c.kind == "array" else c.base + "[]"
+            for i, c in enumerate(self.columns, start=1)
+            if c.typed
+        }
+        self.columns_json = json.dumps(
+            [{"name": c.name, "data_type": c.data_type} for c in self.columns],
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
     def matches(self, attributes: Sequence[Any]) -> bool:
-        """Whether a wrapper prepared now still has these columns' types (its typed NULLs):
-        another connection may have seen the table change and described it anew."""
-        typed = {f"t{i}": c for i, c in enumerate(self.columns, start=1) if c.typed}
-        for attribute in attributes:
-            column = typed.get(attribute.name)
-            if column is not None:
-                expected = column.base if column.kind == "array" else column.base + "[]"
-                if attribute.type.name != expected:
-                    return False
-        return True
+        """Whether a wrapper prepared just now has these columns' types (its typed NULLs):
+        another connection may have seen a table change and described it anew, this one not."""
+        return all(self.typed_nulls.get(a.name, a.type.name) == a.type.name for a in attributes)
 
     def wrapper(self, limit: int, max_bytes: int, max_text: int | None) -> str:
         key = (limit, max_bytes, max_text)
@@ -101,11 +108,15 @@ class Shapes:
 
 @dataclass
 class Rows:
-    columns: tuple[values.Column, ...]
+    shape: Shape
     rows: list[list[Any]]
     rows_json: str  # the same rows as compact JSON text, made by PostgreSQL
     read: int  # rows PostgreSQL produced, at most limit + 1
     cut_by_size: bool
+
+    @property
+    def columns(self) -> tuple[values.Column, ...]:
+        return self.shape.columns
 
     @property
     def has_more(self) -> bool:
@@ -134,8 +145,8 @@ async def fetch_rows(
         shapes.put(sql, shape)
     wrapper = shape.wrapper(limit, max_bytes, max_text)
     try:
-        stmt = await db.prepare(conn, wrapper)
-        if not shape.matches(stmt.get_attributes()):
+        stmt, fresh = await db.prepare(conn, wrapper)
+        if fresh and not shape.matches(stmt.get_attributes()):
             raise _Changed
         row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
     except (asyncpg.PostgresError, _Changed) as exc:
@@ -151,7 +162,7 @@ async def fetch_rows(
     rows: list[list[Any]] = json.loads(text)
     read = int(row["total"])
     return Rows(
-        columns=shape.columns,
+        shape=shape,
         rows=rows,
         rows_json=text,
         read=read,
@@ -179,6 +190,7 @@ def _ours(exc: asyncpg.PostgresError) -> bool:
 @dataclass
 class QueryResult:
     columns: tuple[values.Column, ...]
+    columns_json: str
     rows: list[list[Any]]
     rows_json: str
     has_more: bool
@@ -219,6 +231,7 @@ async def run_query(
         notes.append("redacted sensitive columns: " + ", ".join(redacted))
     return QueryResult(
         columns=result.columns,
+        columns_json=result.shape.columns_json,
         rows=result.rows,
         rows_json=result.rows_json,
         has_more=result.has_more,

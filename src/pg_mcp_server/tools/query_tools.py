@@ -125,7 +125,7 @@ def query_tools() -> list[PgTool]:
         }
         if result.notes:
             output["note"] = "; ".join(result.notes)
-        return ok_json(output, encoded={"rows": result.rows_json})
+        return ok_json(output, encoded={"columns": result.columns_json, "rows": result.rows_json})
 
     async def explain_query(
         ctx: Context,
