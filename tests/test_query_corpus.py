@@ -370,7 +370,11 @@ async def direct(dsn: str, sql: str) -> tuple[list[str], list[dict[str, Any]]]:
 
 
 def _canonical(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted(json.dumps(r, sort_keys=True) for r in rows)
+    # JSON has one kind of number: PostgreSQL writes the double 115 as 115, Python as 115.0.
+    def number(v: Any) -> Any:
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+
+    return sorted(json.dumps({k: number(v) for k, v in r.items()}, sort_keys=True) for r in rows)
 
 
 async def check_legit(client: Client, dsn: str, case: Legit) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import subprocess
 import sys
@@ -379,6 +380,27 @@ async def test_a_repeated_query_sees_the_table_change(qdsn: str) -> None:
         await execute(qdsn, "ALTER TABLE shifting DROP COLUMN a")
         body = await call(client, "execute_query", sql=sql)
         assert body["rows"] == [["new"]] and body["columns"][0]["name"] == "b"
+
+
+async def test_a_killed_backend_is_one_log_line_and_no_failed_call(
+    qdsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An administrator terminating the server's sessions is routine: the next call is
+    answered, and the engine logs one line per discarded connection, no traceback."""
+    caplog.set_level(logging.INFO, logger="pg_mcp_server")
+    async with connect(qdsn) as client:
+        await asyncio.gather(*(call(client, "execute_query", sql="SELECT 1") for _ in range(3)))
+        await execute(
+            qdsn,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'pg-mcp-server'",
+        )
+        for _ in range(4):
+            assert (await call(client, "execute_query", sql="SELECT 2"))["rows"] == [[2]]
+    engine = [r for r in caplog.records if r.name == "pg_mcp_server.database.engine"]
+    assert any("discarding a pooled connection" in r.getMessage() for r in engine)
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in engine)
+    assert all(r.levelno <= logging.INFO for r in engine)
 
 
 async def test_the_safety_catalog_is_reread_in_the_background(

@@ -227,6 +227,10 @@ class Database:
             # before reuse; this is the backstop): it would hold its locks and stale now().
             if not conn.is_closed() and not conn.is_in_transaction():
                 return sa_conn, conn
+            logger.info(
+                "discarding a pooled connection %s",
+                "the server closed" if conn.is_closed() else "found inside a transaction",
+            )
             await _discard(sa_conn)
         raise DatabaseConnectionError("The database connection was lost or refused.")
 

@@ -52,10 +52,10 @@ class Shape:
     wrappers: dict[tuple[int, int, int | None], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # The type of each typed NULL of a wrapper (an array of the column's type), and the
-        # columns as the answer shows them, made once.
+        # The type of each typed NULL of a wrapper (the column's, or its element type), and
+        # the columns as the answer shows them, made once.
         self.typed_nulls = {
-            f"t{i}": c.base if c.kind == "array" else c.base + "[]"
+            f"t{i}": c.base.removesuffix("[]")
             for i, c in enumerate(self.columns, start=1)
             if c.typed
         }

@@ -25,9 +25,11 @@ FROM (SELECT r, row_number() OVER w AS n, sum(octet_length(r) + 1) OVER w AS siz
    the byte cap, however wide a value is (nothing relies on a subquery's row order: every level
    orders by the caller's own sort keys, carried up as hidden columns).
 4. One row comes back: the rows read (<= limit + 1, so `has_more` is exact), the rows kept, their
-   JSON, and one typed NULL per column, which makes PostgreSQL refuse the prepared wrapper
-   ("cached plan must not change result type") when a column's type changes under it; a
-   changed column count trips the sentinel (an ambiguous or missing `__pgmcp_end`).
+   JSON, and one typed NULL per column (of its type, or its element type for an array: the
+   driver then needs no look-up of array types, whose query a function shadowed on the search
+   path could break), which makes PostgreSQL refuse the prepared wrapper ("cached plan must
+   not change result type") when a column's type changes under it; a changed column count
+   trips the sentinel (an ambiguous or missing `__pgmcp_end`).
 """
 
 from __future__ import annotations
@@ -169,7 +171,9 @@ def _template(
     return (
         f"SELECT pg_catalog.count(*) AS total, pg_catalog.count(*) FILTER (WHERE {kept}) AS kept,"
         f" pg_catalog.string_agg(w.r, ',' ORDER BY w.n) FILTER (WHERE {kept}) AS rows"
-        + "".join(f", pg_catalog.array_agg(w.t{i}) FILTER (WHERE false) AS t{i}" for i in typed)
+        + "".join(
+            f", (pg_catalog.array_agg(w.t{i}) FILTER (WHERE false))[1] AS t{i}" for i in typed
+        )
         + " FROM (SELECT m.r"
         + "".join(f", m.t{i}" for i in typed)
         + ", pg_catalog.row_number() OVER win AS n,"

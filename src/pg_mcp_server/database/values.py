@@ -99,9 +99,10 @@ class Column:
 
     @property
     def typed(self) -> bool:
-        """Whether the wrapper can carry a NULL of this type, so that PostgreSQL notices when
-        the column's type changes (see rewrite.py): not for composites (nor arrays that may be
-        of composites), which the driver would have to describe, nor types without arrays."""
+        """Whether the wrapper can carry a NULL of this type (through array_agg), so that
+        PostgreSQL notices when the column's type changes (see rewrite.py): not for composites
+        (nor arrays that may be of composites), which the driver would have to describe, nor
+        types without arrays."""
         if self.kind == "composite" or (self.kind == "array" and not self.builtin):
             return False
         return not (self.builtin and self.base in _NO_ARRAY)

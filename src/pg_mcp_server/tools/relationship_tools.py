@@ -59,8 +59,9 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
         ] = default_schema,
     ) -> Annotated[CallToolResult, GetForeignKeysOutput]:
         app = app_context(ctx)
-        async with app.db.session() as conn:
-            outgoing, incoming = await foreign_keys_of(conn, schema_name, table_name)
+        outgoing, incoming = await app.db.run(
+            lambda conn: foreign_keys_of(conn, schema_name, table_name), own=True
+        )
         return ok(
             GetForeignKeysOutput(
                 table_name=table_name,
@@ -84,8 +85,9 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
         app = app_context(ctx)
         start, goal = (from_schema, from_table), (to_schema, to_table)
-        async with app.db.session() as conn:
-            graph, start_oid, goal_oid = await app.graph.load(conn, start, goal)
+        graph, start_oid, goal_oid = await app.db.run(
+            lambda conn: app.graph.load(conn, start, goal), own=True
+        )
         paths, capped = graph.paths(start_oid, goal_oid, max_depth)
         if not paths:
             names = (f"{from_schema}.{from_table}", f"{to_schema}.{to_table}")

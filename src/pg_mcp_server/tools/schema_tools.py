@@ -78,8 +78,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = False,
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
         app = app_context(ctx)
-        async with app.db.session() as conn:
-            rows = await catalog.list_schemas(conn, include_system)
+        rows = await app.db.run(lambda conn: catalog.list_schemas(conn, include_system), own=True)
         schemas = [SchemaInfo(**r) for r in rows]
         return ok(ListSchemasOutput(schemas=schemas, total_count=len(schemas)))
 
@@ -105,10 +104,12 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = 0,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
         app = app_context(ctx)
-        async with app.db.session() as conn:
-            rows, total = await catalog.list_tables(
+        rows, total = await app.db.run(
+            lambda conn: catalog.list_tables(
                 conn, schema_name, include_views, name_pattern, limit, offset
-            )
+            ),
+            own=True,
+        )
         tables = [TableInfo(schema_name=schema_name, **r) for r in rows]
         return ok(
             ListTablesOutput(
@@ -131,15 +132,17 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         app = app_context(ctx)
         key = (schema_name, table_name, include_indexes, include_constraints)
         cached = app.described.get(key)
-        async with app.db.session() as conn:
-            row = await catalog.describe_table(
+        row = await app.db.run(
+            lambda conn: catalog.describe_table(
                 conn,
                 schema_name,
                 table_name,
                 include_indexes,
                 include_constraints,
                 known_token=cached[0] if cached else "",
-            )
+            ),
+            own=True,
+        )
         fresh = {
             "estimated_row_count": row["estimated_row_count"],
             "size_pretty": row["size_pretty"],
