@@ -15,7 +15,6 @@ import asyncio
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -23,13 +22,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -134,12 +126,15 @@ def _as_user() -> list[str]:
 
 @dataclass
 class PgBouncer:
-    port: int
     relay: Relay
-    directory: Path
+    directory: Path  # holds its unix socket, as well as its configuration and log
 
     def dsn(self, database: str) -> str:
-        return f"postgresql://{self.relay.target.user}@127.0.0.1:{self.port}/{database}"
+        user = self.relay.target.user
+        return f"postgresql://{user}@/{database}?host={self.directory}&port={PGBOUNCER_PORT}"
+
+
+PGBOUNCER_PORT = 6432  # only names the socket file, in a directory of its own
 
 
 @asynccontextmanager
@@ -154,7 +149,7 @@ async def pgbouncer(
     async with relay(dsn) as upstream:
         target = upstream.target
         directory = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
-        port = free_port()
+        socket_path = directory / f".s.PGSQL.{PGBOUNCER_PORT}"
         password = target.password or ""
         (directory / "users.txt").write_text(f'"{target.user}" "{password}"\n')
         extra = "".join(
@@ -164,7 +159,7 @@ async def pgbouncer(
         (directory / "pgbouncer.ini").write_text(
             "[databases]\n" + extra + f"* = host=127.0.0.1 port={upstream.port}\n"
             "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+            f"listen_addr =\nlisten_port = {PGBOUNCER_PORT}\nunix_socket_dir = {directory}\n"
             f"auth_type = trust\nauth_file = {directory}/users.txt\n"
             f"pool_mode = transaction\ndefault_pool_size = {pool_size}\n"
             "max_client_conn = 200\nserver_reset_query =\n"
@@ -186,14 +181,12 @@ async def pgbouncer(
             for _ in range(200):
                 if proc.poll() is not None:
                     raise RuntimeError(f"pgbouncer exited: {proc.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
-                try:
-                    with socket.create_connection(("127.0.0.1", port), timeout=0.1):
-                        break
-                except OSError:
-                    await asyncio.sleep(0.05)
+                if socket_path.exists():
+                    break
+                await asyncio.sleep(0.05)
             else:
                 raise RuntimeError("pgbouncer did not start listening")
-            yield PgBouncer(port, upstream, directory)
+            yield PgBouncer(upstream, directory)
         finally:
             proc.terminate()
             try:
