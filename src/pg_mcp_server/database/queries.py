@@ -33,7 +33,8 @@ from pg_mcp_server.database.engine import Database, StatementChangedError
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
 
-SHAPES = 512  # statements whose shape is kept (a few KB each)
+SHAPES = 512  # statements whose shape is kept (a few KB each) ...
+SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
 # Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement: a column's
 # type changed (cached plan must not change result type), or their number (the sentinel).
 _CHANGED = {"0A000", "42702", "42703", "42P10"}
@@ -98,6 +99,8 @@ class Shapes:
         return shape
 
     def put(self, sql: str, shape: Shape) -> None:
+        if len(sql) > SHAPE_SQL_CHARS:
+            return  # described again each time, rather than holding megabytes of trees
         self._items[sql] = shape
         if len(self._items) > self._size:
             self._items.popitem(last=False)
