@@ -33,9 +33,13 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 def records(out: dict[str, Any]) -> list[dict[str, Any]]:
-    """execute_query's rows (arrays under a columns header) as one dict per row."""
-    names = [c["name"] for c in out["columns"]]
-    return [dict(zip(names, row, strict=True)) for row in out["rows"]]
+    """A result's rows as one dict per row, from arrays under a columns header (names, or
+    objects with a name) or rows that are dicts already."""
+    names = [c if isinstance(c, str) else c["name"] for c in out["columns"]]
+    return [
+        row if isinstance(row, dict) else dict(zip(names, row, strict=True))
+        for row in out["rows"]
+    ]
 
 
 async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:

@@ -117,7 +117,7 @@ async def test_every_tool_works_through_pgbouncer(bouncer: tuple[PgBouncer, str,
 
         await asyncio.gather(*(query(i) for i in range(5, 45)))
         sample = await call(client, "get_sample_rows", table_name="items", limit=2)
-        assert [r["id"] for r in sample["rows"]] == [1, 2]
+        assert [r["id"] for r in records(sample)] == [1, 2]
         plan = await call(client, "explain_query", sql="SELECT * FROM items", analyze=True)
         assert plan["plan"].startswith("Seq Scan on items")
         body = await call_error(client, "execute_query", sql="SELECT * FROM nowhere")

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest_asyncio
 from mcp import Client
-from mcpclient import call, connect, execute, fetch
+from mcpclient import call, connect, execute, fetch, records
 from pgbed import PgServer, server_features
 
 TYPES = r"""
@@ -119,7 +119,7 @@ async def test_every_type_matches_what_postgres_makes_of_it(kinds_dsn: str) -> N
             pg_json = json.loads(row[f"{name}_j"]) if row[f"{name}_j"] is not None else None
             want = _expected(column["typname"], pg_json, row[f"{name}_t"])
             assert out["rows"][index][position] == want, (name, column["type"])
-            assert sample["rows"][index][name] == want, (name, column["type"])
+            assert records(sample)[index][name] == want, (name, column["type"])
     # Whole-row references and records are objects, exactly as PostgreSQL renders them.
     theirs_whole = await fetch(
         kinds_dsn,

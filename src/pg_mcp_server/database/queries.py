@@ -35,9 +35,9 @@ from pg_mcp_server.database.params import bind
 
 SHAPES = 512  # statements whose shape is kept (a few KB each) ...
 SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
-# Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement: a column's
-# type changed (cached plan must not change result type), or their number (the sentinel).
-_CHANGED = {"0A000", "42702", "42703", "42P10"}
+# Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement because
+# the number of its columns changed: the sentinel is ambiguous, or the alias list too long.
+_CHANGED = {"42702", "42P10"}
 
 
 def query_hash(sql: str) -> str:
@@ -178,16 +178,11 @@ class _Changed(Exception):
 
 
 def _ours(exc: asyncpg.PostgresError) -> bool:
-    """An error about the wrapper rather than the caller's SQL (those fail when described):
-    a column's type or the number of columns changed under a kept shape or statement."""
-    if exc.sqlstate not in _CHANGED:
-        return False
-    text = str(exc)
-    return (
-        isinstance(exc, asyncpg.InvalidCachedStatementError)
-        or rewrite.SENTINEL in text
-        or "columns available" in text
-    )
+    """An error about the wrapper rather than the caller's SQL, which was described already: a
+    column's type changed (the cached plan's result type), or their number (the sentinel is
+    ambiguous, or the alias list too long). A caller's statement that a change broke gets
+    these too; it is described again, and fails there with its own error."""
+    return isinstance(exc, asyncpg.InvalidCachedStatementError) or exc.sqlstate in _CHANGED
 
 
 @dataclass

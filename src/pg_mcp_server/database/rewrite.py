@@ -29,7 +29,7 @@ FROM (SELECT r, row_number() OVER w AS n, sum(octet_length(r) + 1) OVER w AS siz
    driver then needs no look-up of array types, whose query a function shadowed on the search
    path could break), which makes PostgreSQL refuse the prepared wrapper ("cached plan must
    not change result type") when a column's type changes under it; a changed column count
-   trips the sentinel (an ambiguous or missing `__pgmcp_end`).
+   trips the sentinel (an ambiguous `__pgmcp_end`) or the alias list (too long).
 """
 
 from __future__ import annotations
