@@ -37,8 +37,7 @@ def records(out: dict[str, Any]) -> list[dict[str, Any]]:
     objects with a name) or rows that are dicts already."""
     names = [c if isinstance(c, str) else c["name"] for c in out["columns"]]
     return [
-        row if isinstance(row, dict) else dict(zip(names, row, strict=True))
-        for row in out["rows"]
+        row if isinstance(row, dict) else dict(zip(names, row, strict=True)) for row in out["rows"]
     ]
 
 
