@@ -143,7 +143,6 @@ async def fetch_rows(
     if shape is None:
         tree = rewrite.parse(sql)
         described = await db.describe(conn, sql)
-        bind(params, described.get_parameters())  # refuse bad values before running anything
         shape = Shape(tree, values.columns_of(described.get_attributes(), sensitive))
         shapes.put(sql, shape)
     wrapper = shape.wrapper(limit, max_bytes, max_text)
