@@ -63,4 +63,31 @@ check "inspector stdio tools/list" '"find_join_path"' \
 check "inspector stdio tools/call" 'order_status' \
   mcp-inspector --cli "$SERVER" --demo --method tools/call --tool-name describe_table \
   --tool-arg table_name=orders
+
+# Resources and prompts: list, read one, get one, over both transports.
+check "inspector http resources/list" '"pg://stat/activity"' \
+  mcp-inspector --cli "$URL" --transport http --method resources/list
+check "inspector http resources/read" '"server_version_num' \
+  mcp-inspector --cli "$URL" --transport http --method resources/read --uri pg://system_info
+check "inspector http prompts/list" '"analyze-table"' \
+  mcp-inspector --cli "$URL" --transport http --method prompts/list
+check "inspector http resources/templates/list" '"pg://schemas/{schema}/tables/{table}"' \
+  mcp-inspector --cli "$URL" --transport http --method resources/templates/list
+check "inspector http prompts/get" 'Analyze the table' \
+  mcp-inspector --cli "$URL" --transport http --method prompts/get \
+  --prompt-name analyze-table --prompt-args table=orders
+check "inspector stdio resources/list" '"pg://system_info"' \
+  mcp-inspector --cli "$SERVER" --demo --method resources/list
+check "inspector stdio resources/read" 'order_status' \
+  mcp-inspector --cli "$SERVER" --demo --method resources/read \
+  --uri pg://schemas/public/tables/orders
+check "inspector stdio prompts/list" '"write-query"' \
+  mcp-inspector --cli "$SERVER" --demo --method prompts/list
+check "inspector stdio prompts/get" 'How many orders' \
+  mcp-inspector --cli "$SERVER" --demo --method prompts/get --prompt-name write-query \
+  --prompt-args "question=How many orders shipped?"
+# What the server tells a person who starts it in a terminal must work as written.
+BANNER=$("${UV[@]}" run python -c 'import sys; from pg_mcp_server.__main__ import banner
+print(banner(sys.argv[1:]))' "$SERVER" --demo | sed -n 's/^  npx /npx /p')
+check "the terminal banner's Inspector command" '"list_tables"' bash -c "$BANNER"
 echo "clients: all passed"

@@ -42,7 +42,7 @@ def records(out: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    """A failed call's PRD ToolError body, checked for shape."""
+    """A failed call's PRD error body (ErrorResponse), checked for shape."""
     result = await client.call_tool(tool, arguments)
     assert result.is_error, f"expected an error from {tool}({arguments})"
     body = result.structured_content

@@ -20,7 +20,6 @@ from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database import safety
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.queries import Shapes, fetch_rows
 from pg_mcp_server.errors import ParameterError
@@ -30,7 +29,7 @@ CREATE TABLE items (id int PRIMARY KEY, label text, price numeric(8, 2), tags te
 INSERT INTO items SELECT g, 'item ' || g, g * 1.5, ARRAY['t' || g % 3]
 FROM generate_series(1, 30000) g;
 ANALYZE items;
-CREATE TABLE stale (id int, v int);
+CREATE TABLE stale (id int, v int) WITH (autovacuum_enabled = false);
 INSERT INTO stale SELECT g, g FROM generate_series(1, 10) g;
 ANALYZE stale;
 INSERT INTO stale SELECT g, g % 7 FROM generate_series(11, 50000) g;
@@ -405,26 +404,9 @@ async def test_a_killed_backend_is_one_log_line_and_no_failed_call(
     assert all(r.levelno <= logging.INFO and len(r.getMessage()) <= 200 for r in ours)
     for record in caplog.records:
         assert record.exc_info is None and "\n" not in record.getMessage(), record.name
-        assert record.levelno < logging.WARNING, (record.name, record.getMessage())
-
-
-async def test_the_safety_catalog_is_reread_in_the_background(
-    qdsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once expired, the catalog is read again off the request path; what it finds (here a
-    view over an unsafe function) is refused from then on."""
-    monkeypatch.setattr(safety, "_REFRESH_SECONDS", 0.0)
-    async with connect(qdsn) as client:
-        await call(client, "execute_query", sql="SELECT 1 AS x")
-        await execute(qdsn, "CREATE VIEW unlocker AS SELECT pg_advisory_unlock(1) AS x")
-        for _ in range(100):
-            result = await client.call_tool("execute_query", {"sql": "SELECT * FROM unlocker"})
-            if result.is_error:
-                break
-            await asyncio.sleep(0.02)
-        body = await call_error(client, "execute_query", sql="SELECT * FROM unlocker")
-        assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
-        assert "unlocker" in body["error"]["message"]
+        # (The start-up privilege audit warns about the superuser the tests connect as.)
+        if record.module != "audit":
+            assert record.levelno < logging.WARNING, (record.name, record.getMessage())
 
 
 async def test_explain_formats_and_warnings(qdsn: str) -> None:

@@ -1,6 +1,7 @@
 """Round trips between the server and PostgreSQL, counted on the wire by a relay (wire.py):
 a repeated query on a warm connection is one flight before its answer (and one for the reset
-after it, in the background); a lower timeout_ms costs one more; so does a new statement."""
+after it, in the background); a lower timeout_ms costs one more; so does a new statement; the
+guard's check before it one more."""
 
 from __future__ import annotations
 
@@ -98,6 +99,16 @@ async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
     assert await _flights(wired, query) == (1, 1)
     # A caller's lower timeout: BEGIN READ ONLY; SET LOCAL statement_timeout first.
     assert await _flights(wired, query, timeout_ms=2000) == (2, 1)
-    # EXPLAIN ANALYZE: prepared once, then one round trip (no sequential scan to size up).
-    await _flights(wired, plan)
-    assert await _flights(wired, plan) == (1, 1)
+    # The whole call adds the guard's check (guard.py): one statement on the same connection
+    # confirming its catalog facts (once it has settled: the first calls after new SQL or a
+    # commit read more). So a repeated execute_query is 2 round trips; EXPLAIN ANALYZE too (its
+    # statement prepared once, then one Bind/Execute whatever the format).
+
+    async def checked(conn: asyncpg.Connection) -> Any:
+        await guard.check(SQL, conn)
+        return await query(conn)
+
+    for work in (plan, checked):
+        await _flights(wired, work)
+        await _flights(wired, work)
+        assert await _flights(wired, work) == (2, 1)

@@ -9,6 +9,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.catalog import SnapshotCache
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
@@ -27,6 +28,7 @@ class AppContext:
     sensitive: re.Pattern[str] | None = None
     # Described statements (execute_query, get_sample_rows), see queries.Shapes.
     shapes: Shapes = field(default_factory=Shapes)
+    audit: RoleAudit | None = None  # the start-up role audit, while it runs in the background
 
 
 def app_context(ctx: Context[Any, Any]) -> AppContext:

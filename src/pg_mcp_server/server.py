@@ -3,16 +3,39 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
+from contextvars import ContextVar
+from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+import anyio
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import (
+    CallToolResult,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    GetPromptResult,
+    InputRequiredResult,
+    Prompt,
+    PromptReference,
+    Resource,
+    ResourceTemplate,
+    ResourceTemplateReference,
+)
+from pydantic import AnyUrl
 
-from pg_mcp_server.app import AppContext
-from pg_mcp_server.config import Settings
+from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.config import Settings, package_version
+from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.middleware import bounded_errors, instructions_with_audit, unknown_tool
+from pg_mcp_server.primitives.prompts import builtin_prompts
+from pg_mcp_server.primitives.registry import Primitives, Request
+from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
 from pg_mcp_server.tools.query_tools import query_tools
 from pg_mcp_server.tools.registry import PgTool
 from pg_mcp_server.tools.relationship_tools import relationship_tools
@@ -21,27 +44,111 @@ from pg_mcp_server.tools.schema_tools import schema_tools
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
-1. Discover: list_schemas -> list_tables(schema_name) -> describe_table(table_name) for exact
-   column names, types, keys and enum values; get_sample_rows to see real values and formats.
+1. Discover: list_schemas -> list_tables(schema_name, include_columns=true for a schema map of
+   every column, type, key and reference in one call) -> describe_table for the full detail;
+   search_tables("customer email") finds where something lives in a large database;
+   get_sample_rows shows real values. empty=true means a table has no rows for certain.
 2. Relate: get_foreign_keys(table) shows a table's keys both ways; find_join_path(a, b) gives
-   the shortest foreign-key route between two tables with a JOIN clause that runs as-is.
+   the shortest foreign-key route with a JOIN clause that runs as-is, and warns when a join
+   multiplies rows (sums over the first table would count rows more than once).
 3. Query: execute_query runs one read-only SELECT with $1, $2 parameters (pass values in
    `params`, never inline them); explain_query shows the plan and warns about slow spots.
    Anything that writes, locks or changes settings is refused.
+Answers are compact JSON: keys at their default (null, false, 0, empty) are left out.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
-(for example TABLE_NOT_FOUND with the closest names): follow the suggestion."""
-
-
-def _version() -> str:
-    try:
-        return version("pg-mcp-server")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"
+that carries the fix (the closest table, column or function names): follow it.
+Clients may also attach resources (pg://system_info, pg://settings, pg://stat/activity,
+pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps."""
 
 
 def all_tools(settings: Settings) -> list[PgTool]:
     schema = settings.database.default_schema
     return [*schema_tools(schema), *relationship_tools(schema), *query_tools()]
+
+
+def all_primitives(settings: Settings) -> Primitives:
+    return Primitives(
+        builtin_resources(),
+        builtin_templates(),
+        builtin_prompts(),
+        default_schema=settings.database.default_schema,
+    )
+
+
+# The lifespan's AppContext for the completion/complete being served: the SDK calls that
+# handler without a request context. Set by PgMcpServer._middleware.
+_serving: ContextVar[AppContext] = ContextVar("serving")
+
+
+class PgMcpServer(MCPServer[AppContext]):
+    """The SDK's server, serving resources, templates, prompts and completions from one
+    `Primitives` (built-in now, YAML-defined later). The SDK's own resource and prompt
+    managers are not used: a static resource gets no request context there (so no database),
+    and an unknown prompt becomes an unbounded error message with a logged traceback."""
+
+    def __init__(self, primitives: Primitives, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.primitives = primitives
+        self.middleware.append(self._middleware)
+        self.completion()(self._complete)  # type: ignore[no-untyped-call]  # SDK: untyped
+
+    async def _middleware(
+        self, ctx: ServerRequestContext[AppContext, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Runs before the SDK validates a request's params."""
+        if ctx.method == "prompts/get":
+            # A non-string argument would get the SDK's bare "Invalid request parameters".
+            self.primitives.check_prompt_request(ctx.params)
+        if ctx.method != "completion/complete":
+            return await call_next(ctx)
+        token = _serving.set(ctx.lifespan_context)
+        try:
+            return await call_next(ctx)
+        finally:
+            _serving.reset(token)
+
+    def _request(self, context: Context[AppContext, Any] | None) -> Request:
+        assert context is not None, "resources and prompts are served within a request"
+
+        async def call_tool(name: str, arguments: dict[str, Any]) -> CallToolResult:
+            result = await self.call_tool(name, arguments, context)
+            assert isinstance(result, CallToolResult)
+            return result
+
+        return Request(app=app_context(context), call_tool=call_tool)
+
+    async def list_resources(self) -> list[Resource]:
+        return self.primitives.resource_list()
+
+    async def list_resource_templates(self) -> list[ResourceTemplate]:
+        return self.primitives.template_list()
+
+    async def list_prompts(self) -> list[Prompt]:
+        return self.primitives.prompt_list()
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[AppContext, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        return await self.primitives.read(str(uri), self._request(context))
+
+    async def get_prompt(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        context: Context[AppContext, Any] | None = None,
+    ) -> GetPromptResult | InputRequiredResult:
+        return await self.primitives.get_prompt(name, arguments, self._request(context))
+
+    async def _complete(
+        self,
+        ref: PromptReference | ResourceTemplateReference,
+        argument: CompletionArgument,
+        context: CompletionContext | None,
+    ) -> Completion:
+        given = (context.arguments if context else None) or {}
+        return await self.primitives.complete(
+            ref, argument.name, argument.value, given, _serving.get()
+        )
 
 
 def instructions(role_warnings: list[str]) -> str:
@@ -57,34 +164,48 @@ def instructions(role_warnings: list[str]) -> str:
 
 def build_server(
     settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
-) -> MCPServer[AppContext]:
+) -> PgMcpServer:
     """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
-    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own."""
+    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own.
+    Without `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
+    background and the instructions carry what it finds (middleware.py)."""
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
         database = db or Database(settings.database)
         guard = SqlGuard(
-            strict_comments=settings.server.block_keywords_in_comments, connect=database.session
+            strict_comments=settings.server.block_keywords_in_comments,
+            trusted_roles=tuple(settings.server.trusted_roles),
+            allow_foreign_tables=settings.server.allow_foreign_tables,
         )
+        audit = RoleAudit() if role_warnings is None else None
         try:
-            yield AppContext(
-                settings=settings,
-                db=database,
-                guard=guard,
-                sensitive=settings.server.sensitive_regex(),
-            )
+            async with anyio.create_task_group() as background:
+                if audit is not None:
+                    background.start_soon(audit.run_alone, settings.database)
+                yield AppContext(
+                    settings=settings,
+                    db=database,
+                    guard=guard,
+                    sensitive=settings.server.sensitive_regex(),
+                    audit=audit,
+                )
+                background.cancel_scope.cancel()
         finally:
-            await guard.close()
             if db is None:
                 await database.dispose()
 
-    return MCPServer(
+    server = PgMcpServer(
+        all_primitives(settings),
         name="pg-mcp-server",
         title="PostgreSQL MCP server",
-        version=_version(),
+        version=package_version(),
         instructions=instructions(role_warnings or []),
         tools=list(all_tools(settings)),
         lifespan=lifespan,
         log_level=settings.server.log_level,
     )
+    server.middleware.extend(
+        [bounded_errors, instructions_with_audit(instructions), unknown_tool(server)]
+    )
+    return server

@@ -31,7 +31,7 @@ _SAMPLEABLE = {"r", "m", "p"}
 @dataclass
 class Sample:
     columns: list[str]
-    rows: list[dict[str, Any]]
+    rows: list[list[Any]]  # one value per column, in `columns` order
     total_table_rows: int
     note: str | None
 
@@ -148,7 +148,7 @@ async def sample_rows(
         notes.append("bytea values are base64-encoded")
     return Sample(
         columns=chosen,
-        rows=[dict(zip(chosen, row, strict=True)) for row in got.rows],
+        rows=got.rows,
         total_table_rows=estimated,
         note="; ".join(notes),
     )

@@ -1,0 +1,406 @@
+"""The one place resources, resource templates, prompts and their completions are defined,
+found, run, and turned into protocol errors.
+
+Built-in definitions (`primitives/resources.py`, `primitives/prompts.py`) and, later, the
+YAML-defined ones are small values of the classes below, collected in a `Primitives` that
+`server.py` hands to the SDK. A read or a render gets a `Request` (the lifespan's AppContext,
+and a way to run a tool exactly as `tools/call` does); a completion gets the AppContext.
+
+Every failure becomes a JSON-RPC error here, with one bounded log line: -32602 (invalid
+params) when the caller named something that does not exist or gave a bad argument (an unknown
+URI, as SEP-2164 standardises, an unknown prompt, a missing or invalid argument, a table that
+is not there), -32603 for a database failure or a bug. `data` carries what was asked for
+(`uri` or `prompt`, cut to ECHO_CHARS) and the same `error` object the tools return (PRD code,
+message, suggestion, context). Nothing the caller sent is echoed or logged unbounded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.shared.exceptions import MCPError
+from mcp.shared.uri_template import UriTemplate
+from mcp_types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    CallToolResult,
+    Completion,
+    GetPromptResult,
+    PromptMessage,
+    PromptReference,
+    ResourceTemplateReference,
+    TextContent,
+)
+from mcp_types import Prompt as McpPrompt
+from mcp_types import PromptArgument as McpPromptArgument
+from mcp_types import Resource as McpResource
+from mcp_types import ResourceTemplate as McpResourceTemplate
+
+from pg_mcp_server.app import AppContext
+from pg_mcp_server.database import names
+from pg_mcp_server.errors import (
+    ConnectionLostError,
+    InternalError,
+    ParameterError,
+    PgMcpError,
+    closest,
+    did_you_mean,
+)
+
+logger = logging.getLogger(__name__)
+
+ECHO_CHARS = 300  # of a URI, prompt or argument name echoed in an error or a log line
+MAX_TEXT = 2000  # characters of a free-text argument (a question, a topic)
+JSON = "application/json"
+# PRD codes that mean "what you asked for is not there / not valid": the caller's mistake.
+_CALLER_CODES = {"SCHEMA_NOT_FOUND", "TABLE_NOT_FOUND", "COLUMN_NOT_FOUND", "PARAMETER_ERROR"}
+
+T = TypeVar("T")
+Kind = Literal["schema", "table", "text"]
+Content = str | dict[str, Any] | list[Any]
+
+
+def clip(text: str, limit: int = ECHO_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+@dataclass(frozen=True)
+class Argument:
+    """A prompt argument or a URI template parameter. `kind` decides what it may hold and
+    how it completes: a schema or table name (PostgreSQL's 63-byte limit, completed from the
+    catalog; a table completes within the schema given as `schema_argument`, else the default
+    schema), or free text (at most MAX_TEXT characters, not completed)."""
+
+    name: str
+    description: str
+    kind: Kind = "text"
+    required: bool = False
+    schema_argument: str = "schema"
+
+    def check(self, value: str) -> str:
+        """The value to use; raises PARAMETER_ERROR naming this argument."""
+        if self.kind == "text":
+            if len(value) > MAX_TEXT:
+                raise _bad(self.name, f"is {len(value)} characters long; at most {MAX_TEXT}")
+            return value
+        if not value or "\0" in value:
+            raise _bad(self.name, f"must be a {self.kind} name")
+        if len(value.encode()) > names.NAME_BYTES:
+            raise _bad(self.name, f"is longer than PostgreSQL's {names.NAME_BYTES}-byte names")
+        return value
+
+
+def _bad(argument: str, problem: str) -> ParameterError:
+    return ParameterError(
+        f"Argument '{clip(argument, 80)}' {problem}.",
+        suggestion="prompts/list and resources/templates/list describe every argument.",
+        context={"argument": clip(argument, 80)},
+    )
+
+
+class ToolFailed(Exception):
+    """A tool a read ran returned its structured error; it is passed on as is."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message", ""))
+        self.error = error
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a read or a render gets."""
+
+    app: AppContext
+    call_tool: Callable[[str, dict[str, Any]], Awaitable[CallToolResult]]
+
+    async def tool_text(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The tool's answer exactly as `tools/call` gives it (the JSON text of its
+        structured output); its error is raised as ToolFailed."""
+        result = await self.call_tool(tool, arguments)
+        body = result.structured_content or {}
+        if result.is_error:
+            raise ToolFailed(body.get("error") or _detail(InternalError(f"{tool} failed.")))
+        text = result.content[0]
+        assert isinstance(text, TextContent)
+        return text.text
+
+
+@dataclass(frozen=True)
+class ResourceDef:
+    uri: str
+    name: str
+    title: str
+    description: str
+    read: Callable[[Request], Awaitable[Content]]
+    mime_type: str = JSON
+
+
+@dataclass(frozen=True)
+class TemplateDef:
+    uri_template: str
+    name: str
+    title: str
+    description: str
+    parameters: list[Argument]
+    read: Callable[[Request, dict[str, str]], Awaitable[Content]]
+    mime_type: str = JSON
+    parsed: UriTemplate = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        parsed = UriTemplate.parse(self.uri_template)
+        declared = {p.name for p in self.parameters}
+        if set(parsed.variable_names) != declared:
+            raise ValueError(
+                f"resource template {self.uri_template!r}: its variables "
+                f"{sorted(parsed.variable_names)} are not its parameters {sorted(declared)}"
+            )
+        object.__setattr__(self, "parsed", parsed)
+
+
+@dataclass(frozen=True)
+class PromptDef:
+    name: str
+    title: str
+    description: str
+    arguments: list[Argument]
+    render: Callable[[Request, dict[str, str]], Awaitable[list[PromptMessage]]]
+
+
+class Primitives:
+    """The definitions the server serves, and the one way to list, read, render and complete
+    them."""
+
+    def __init__(
+        self,
+        resources: list[ResourceDef],
+        templates: list[TemplateDef],
+        prompts: list[PromptDef],
+        default_schema: str,
+    ) -> None:
+        self.resources = _unique(resources, lambda r: r.uri, "resource URI")
+        self.templates = _unique(templates, lambda t: t.uri_template, "resource template")
+        self.prompts = _unique(prompts, lambda p: p.name, "prompt")
+        self.default_schema = default_schema
+
+    # --- what resources/list, resources/templates/list and prompts/list return
+
+    def resource_list(self) -> list[McpResource]:
+        return [
+            McpResource(
+                uri=r.uri,
+                name=r.name,
+                title=r.title,
+                description=r.description,
+                mime_type=r.mime_type,
+            )
+            for r in self.resources.values()
+        ]
+
+    def template_list(self) -> list[McpResourceTemplate]:
+        return [
+            McpResourceTemplate(
+                uri_template=t.uri_template,
+                name=t.name,
+                title=t.title,
+                description=t.description,
+                mime_type=t.mime_type,
+            )
+            for t in self.templates.values()
+        ]
+
+    def prompt_list(self) -> list[McpPrompt]:
+        return [
+            McpPrompt(
+                name=p.name,
+                title=p.title,
+                description=p.description,
+                arguments=[
+                    McpPromptArgument(name=a.name, description=a.description, required=a.required)
+                    for a in p.arguments
+                ],
+            )
+            for p in self.prompts.values()
+        ]
+
+    # --- resources/read, prompts/get, completion/complete
+
+    async def read(self, uri: str, request: Request) -> list[ReadResourceContents]:
+        with _answered("resource", {"uri": clip(uri)}):
+            fixed = self.resources.get(uri)
+            if fixed is not None:
+                content = await _again_if_lost(lambda: fixed.read(request))
+                mime_type = fixed.mime_type
+            else:
+                template, values = self._match(uri)
+                content = await _again_if_lost(lambda: template.read(request, values))
+                mime_type = template.mime_type
+        return [ReadResourceContents(content=_text(content), mime_type=mime_type)]
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None, request: Request
+    ) -> GetPromptResult:
+        with _answered("prompt", {"prompt": clip(name)}):
+            prompt = self.prompts.get(name)
+            if prompt is None:
+                raise _not_found("prompt", name, list(self.prompts), "prompts/list")
+            values = _arguments(prompt.arguments, dict(arguments or {}))
+            messages = await _again_if_lost(lambda: prompt.render(request, values))
+        return GetPromptResult(description=prompt.description, messages=messages)
+
+    def check_prompt_request(self, params: Mapping[str, Any] | None) -> None:
+        """Raw prompts/get params, before the SDK validates them: an argument that is not a
+        string is refused here, by name (prompt arguments are strings)."""
+        name = (params or {}).get("name")
+        arguments = (params or {}).get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            return  # the SDK's validation answers these
+        with _answered("prompt", {"prompt": clip(name)}):
+            for key, value in arguments.items():
+                if not isinstance(value, str):
+                    raise _bad(str(key), f"must be a string, not {type(value).__name__}")
+
+    async def complete(
+        self,
+        ref: PromptReference | ResourceTemplateReference,
+        argument: str,
+        value: str,
+        context: Mapping[str, str],
+        app: AppContext,
+    ) -> Completion:
+        subject = {"ref": clip(ref.name if isinstance(ref, PromptReference) else ref.uri)}
+        with _answered("completion", subject | {"argument": clip(argument)}):
+            arg = self._completed_argument(ref, argument)
+            if arg.kind == "text":
+                return Completion(values=[], total=0, has_more=False)
+            schema = context.get(arg.schema_argument) or self.default_schema
+
+            async def lookup() -> names.Names:
+                async with app.db.session() as conn:
+                    if arg.kind == "schema":
+                        return await names.schema_names(conn, value)
+                    return await names.table_names(conn, schema, value)
+
+            found = await _again_if_lost(lookup)
+            return Completion(values=found.values, total=found.total, has_more=found.has_more)
+
+    def _match(self, uri: str) -> tuple[TemplateDef, dict[str, str]]:
+        for template in self.templates.values():
+            matched = template.parsed.match(uri)
+            if matched is None:
+                continue
+            values = {k: v for k, v in matched.items() if isinstance(v, str)}
+            return template, {p.name: p.check(values.get(p.name, "")) for p in template.parameters}
+        raise ParameterError(
+            f"Resource not found: {clip(uri)}",
+            suggestion="resources/list gives the fixed resources and resources/templates/list "
+            "the URI templates (for example pg://schemas/public/tables/orders).",
+        )
+
+    def _completed_argument(
+        self, ref: PromptReference | ResourceTemplateReference, argument: str
+    ) -> Argument:
+        declared: list[Argument]
+        if isinstance(ref, PromptReference):
+            prompt = self.prompts.get(ref.name)
+            if prompt is None:
+                raise _not_found("prompt", ref.name, list(self.prompts), "prompts/list")
+            declared = prompt.arguments
+        else:
+            template = self.templates.get(ref.uri)
+            if template is None:
+                known = list(self.templates)
+                raise _not_found("resource template", ref.uri, known, "resources/templates/list")
+            declared = template.parameters
+        for arg in declared:
+            if arg.name == argument:
+                return arg
+        raise _bad(argument, f"is not one of {[a.name for a in declared]}")
+
+
+async def _again_if_lost(work: Callable[[], Awaitable[T]]) -> T:
+    """`work()`, run once more if a pooled connection turned out dead (a server restart, a
+    terminated backend): it is out of the pool now, and all of this only reads (PgTool does
+    the same for tools)."""
+    try:
+        return await work()
+    except ConnectionLostError:
+        return await work()
+
+
+def _unique(items: list[Any], key: Callable[[Any], str], what: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for item in items:
+        if key(item) in found:
+            raise ValueError(f"two definitions of {what} {key(item)!r}")
+        found[key(item)] = item
+    return found
+
+
+def _text(content: Content) -> str:
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, separators=(",", ":"), ensure_ascii=False)
+
+
+def _arguments(declared: list[Argument], given: dict[str, str]) -> dict[str, str]:
+    """Checked values of the declared arguments; an empty optional one counts as absent
+    (clients send empty form fields)."""
+    known = {a.name for a in declared}
+    unknown = [k for k in given if k not in known]
+    if unknown:
+        raise _bad(unknown[0], f"is not an argument of this prompt (it takes {sorted(known)})")
+    values: dict[str, str] = {}
+    for arg in declared:
+        value = given.get(arg.name, "")
+        if value.strip():
+            values[arg.name] = arg.check(value.strip())
+        elif arg.required:
+            raise _bad(arg.name, "is required")
+    return values
+
+
+def _not_found(what: str, name: str, known: list[str], listing: str) -> ParameterError:
+    similar = closest(clip(name, 80), known)
+    return ParameterError(
+        f"Unknown {what}: {clip(name, 80)}",
+        suggestion=did_you_mean(similar, f"{listing} gives them all: {', '.join(known)}."),
+        context={"similar": similar} if similar else None,
+    )
+
+
+@contextmanager
+def _answered(what: str, subject: dict[str, str]) -> Iterator[None]:
+    """Turn what a read, render or completion raised into its JSON-RPC error (see the module
+    docstring); one log line each, a traceback only for a bug."""
+    try:
+        yield
+    except MCPError:
+        raise
+    except (PgMcpError, ToolFailed) as exc:
+        error = exc.error if isinstance(exc, ToolFailed) else _detail(exc)
+        logger.info("%s %s -> %s", what, next(iter(subject.values())), error.get("code"))
+        _raise(error, subject)
+    except Exception as exc:
+        logger.error("%s %s failed unexpectedly", what, next(iter(subject.values())), exc_info=exc)
+        _raise(_detail(InternalError(f"The {what} failed unexpectedly.")), subject)
+
+
+def _detail(exc: PgMcpError) -> dict[str, Any]:
+    return {
+        "code": exc.code,
+        "message": exc.message,
+        "suggestion": exc.suggestion,
+        "context": exc.context,
+    }
+
+
+def _raise(error: dict[str, Any], subject: dict[str, str]) -> None:
+    code = INVALID_PARAMS if error.get("code") in _CALLER_CODES else INTERNAL_ERROR
+    message = clip(str(error.get("message") or "Request failed"), 2 * ECHO_CHARS)
+    raise MCPError(code=code, message=message, data=subject | {"error": error}) from None
