@@ -335,12 +335,17 @@ SLEEP = {
 V1 = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
 
 
+# The server runs a caller's SQL inside a reading statement of its own (rewrite.py).
+ACTIVE = (
+    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND strpos(query, $1) > 0 "
+    "AND pid <> pg_backend_pid()"
+)
+
+
 async def _running(demo_dsn: str, sql: str) -> None:
     """Wait until `sql` is running in PostgreSQL (the slot it holds is taken)."""
     for _ in range(300):
-        rows = await fetch(
-            demo_dsn, "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query = $1", sql
-        )
+        rows = await fetch(demo_dsn, ACTIVE, sql)
         if rows:
             return
         await asyncio.sleep(0.02)
@@ -491,15 +496,13 @@ async def test_dropped_request_cancels_its_query(
         "params": {"name": "execute_query", "arguments": {"sql": sql}},
     }
     headers = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
+    request = asyncio.create_task(http.post(server.mcp, json=body, headers=headers, timeout=3.0))
+    await _running(demo_dsn, sql)  # the query runs before its client goes away
     with pytest.raises(httpx.TimeoutException):
-        await http.post(server.mcp, json=body, headers=headers, timeout=1.0)
+        await request
     running = ["?"]
     for _ in range(50):
-        rows = await fetch(
-            demo_dsn,
-            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query = $1",
-            sql,
-        )
+        rows = await fetch(demo_dsn, ACTIVE, sql)
         running = [r["pid"] for r in rows]
         if not running:
             break
