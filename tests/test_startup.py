@@ -4,6 +4,7 @@ an unreachable database is named (never with its password) and the server keeps 
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -146,3 +147,38 @@ async def test_the_background_audit_reaches_the_instructions(demo_dsn: str) -> N
         assert client.instructions is not None
         assert "more rights than reading" in client.instructions
         assert "is a superuser" in client.instructions
+
+
+# In a fresh interpreter: which heavy modules a server has imported once `initialize` is
+# answered, and that the first tools/list (which makes the tools) still lists them all.
+_LAZY = """
+import sys, anyio
+from mcp import Client
+from pg_mcp_server.config import Settings
+from pg_mcp_server.server import build_server
+
+async def main() -> None:
+    server = build_server(Settings.load(database={"dsn": sys.argv[1]}))
+    async with Client(server) as client:
+        print(sorted(m for m in ("sqlalchemy", "pglast", "yaml") if m in sys.modules))
+        print(len((await client.list_tools()).tools), "sqlalchemy" in sys.modules)
+
+anyio.run(main)
+"""
+
+
+def test_initialize_is_answered_before_the_database_layer_is_imported(demo_dsn: str) -> None:
+    """SQLAlchemy, pglast and PyYAML are most of the start-up: initialize needs none of them."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LAZY, demo_dsn],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported, listed = proc.stdout.splitlines()
+    assert imported == "[]"
+    tools, loaded = listed.split()
+    assert int(tools) >= 9 and loaded == "True"

@@ -301,4 +301,5 @@ def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gate
     """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
     db = Database(settings.database)
     server = build_server(settings, role_warnings, db=db)
+    server.load()  # before serving, not in the first request
     return Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)

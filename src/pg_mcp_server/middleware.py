@@ -20,7 +20,6 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from pg_mcp_server.errors import ParameterError, closest, did_you_mean
-from pg_mcp_server.tools.registry import error_result
 
 Middleware = ServerMiddleware[Any]
 NAME_ECHO = 100  # characters of an unknown tool's name repeated in the answer
@@ -64,6 +63,8 @@ def unknown_tool(server: MCPServer[Any]) -> Middleware:
                 closest(name[:NAME_ECHO], known), f"Tools: {', '.join(sorted(known))}."
             ),
         )
+        from pg_mcp_server.tools.registry import error_result  # made with the tools, later
+
         arguments = params.get("arguments")
         return error_result(error, shown, arguments if isinstance(arguments, dict) else {})
 

@@ -1,4 +1,10 @@
-"""build_server(settings) -> MCPServer: the only module that registers with the SDK."""
+"""build_server(settings) -> MCPServer: the only module that registers with the SDK.
+
+`initialize` is answered before the tools, resources and prompts are made: they need the
+whole database layer (SQLAlchemy, pglast, the models), which is most of the start-up's CPU.
+They are made at the first request that needs them (a client's `tools/list`, sent right after
+`initialize`), or at once with `PgMcpServer.load()` (the HTTP gateway, before it serves).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,14 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
     CallToolResult,
     Completion,
@@ -25,21 +33,17 @@ from mcp_types import (
     ResourceTemplate,
     ResourceTemplateReference,
 )
+from mcp_types import Tool as McpTool
 from pydantic import AnyUrl
 
 from pg_mcp_server.app import AppContext, app_context
 from pg_mcp_server.config import Settings, package_version
-from pg_mcp_server.database.audit import RoleAudit
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.middleware import bounded_errors, instructions_with_audit, unknown_tool
-from pg_mcp_server.primitives.prompts import builtin_prompts
-from pg_mcp_server.primitives.registry import Primitives, Request
-from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
-from pg_mcp_server.tools.query_tools import query_tools
-from pg_mcp_server.tools.registry import PgTool
-from pg_mcp_server.tools.relationship_tools import relationship_tools
-from pg_mcp_server.tools.schema_tools import schema_tools
+
+if TYPE_CHECKING:
+    from pg_mcp_server.database.engine import Database
+    from pg_mcp_server.primitives.registry import Primitives, Request
+    from pg_mcp_server.tools.registry import PgTool
 
 logger = logging.getLogger(__name__)
 
@@ -62,11 +66,19 @@ pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps.
 
 
 def all_tools(settings: Settings) -> list[PgTool]:
+    from pg_mcp_server.tools.query_tools import query_tools
+    from pg_mcp_server.tools.relationship_tools import relationship_tools
+    from pg_mcp_server.tools.schema_tools import schema_tools
+
     schema = settings.database.default_schema
     return [*schema_tools(schema), *relationship_tools(schema), *query_tools()]
 
 
 def all_primitives(settings: Settings) -> Primitives:
+    from pg_mcp_server.primitives.prompts import builtin_prompts
+    from pg_mcp_server.primitives.registry import Primitives
+    from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
+
     return Primitives(
         builtin_resources(),
         builtin_templates(),
@@ -80,17 +92,60 @@ def all_primitives(settings: Settings) -> Primitives:
 _serving: ContextVar[AppContext] = ContextVar("serving")
 
 
+def listed(tool: PgTool) -> McpTool:
+    """A tool as tools/list shows it (as the SDK lists the tools it holds)."""
+    return McpTool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        input_schema=tool.parameters,
+        output_schema=tool.output_schema,
+        annotations=tool.annotations,
+        icons=tool.icons,
+        _meta=tool.meta,
+    )
+
+
 class PgMcpServer(MCPServer[AppContext]):
-    """The SDK's server, serving resources, templates, prompts and completions from one
-    `Primitives` (built-in now, YAML-defined later). The SDK's own resource and prompt
-    managers are not used: a static resource gets no request context there (so no database),
+    """The SDK's server, serving our tools, and resources, templates, prompts and completions
+    from one `Primitives` (built-in now, YAML-defined later), all made on first use. The
+    SDK's own managers are not used: they take their tools when the server is made (so
+    before `initialize`), a static resource gets no request context there (so no database),
     and an unknown prompt becomes an unbounded error message with a logged traceback."""
 
-    def __init__(self, primitives: Primitives, **kwargs: Any) -> None:
+    def __init__(self, settings: Settings, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.primitives = primitives
+        self.config = settings  # (`settings` is the SDK's)
         self.middleware.append(self._middleware)
         self.completion()(self._complete)  # type: ignore[no-untyped-call]  # SDK: untyped
+
+    @cached_property
+    def tools(self) -> dict[str, PgTool]:
+        return {tool.name: tool for tool in all_tools(self.config)}
+
+    @cached_property
+    def primitives(self) -> Primitives:
+        return all_primitives(self.config)
+
+    def load(self) -> None:
+        """Make the tools, resources and prompts now rather than at the first request."""
+        _ = self.tools, self.primitives
+
+    async def list_tools(self) -> list[McpTool]:
+        return [*(listed(tool) for tool in self.tools.values()), *await super().list_tools()]
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[AppContext, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        tool = self.tools.get(name)
+        if tool is None:  # one added to the SDK's own manager (server.tool()), or none
+            return await super().call_tool(name, arguments, context)
+        if context is None:
+            raise ToolError(f"{name} needs a request context")
+        result: CallToolResult | InputRequiredResult = await tool.run(
+            arguments, context, convert_result=True
+        )
+        return result
 
     async def _middleware(
         self, ctx: ServerRequestContext[AppContext, Any], call_next: CallNext
@@ -108,6 +163,8 @@ class PgMcpServer(MCPServer[AppContext]):
             _serving.reset(token)
 
     def _request(self, context: Context[AppContext, Any] | None) -> Request:
+        from pg_mcp_server.primitives.registry import Request
+
         assert context is not None, "resources and prompts are served within a request"
 
         async def call_tool(name: str, arguments: dict[str, Any]) -> CallToolResult:
@@ -172,36 +229,27 @@ def build_server(
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
-        database = db or Database(settings.database)
-        guard = SqlGuard(
-            strict_comments=settings.server.block_keywords_in_comments,
-            trusted_roles=tuple(settings.server.trusted_roles),
-            allow_foreign_tables=settings.server.allow_foreign_tables,
-        )
-        audit = RoleAudit() if role_warnings is None else None
+        audit = None
+        if role_warnings is None:
+            from pg_mcp_server.database.audit import RoleAudit
+
+            audit = RoleAudit()
+        app = AppContext(settings, db, sensitive=settings.server.sensitive_regex(), audit=audit)
         try:
             async with anyio.create_task_group() as background:
                 if audit is not None:
                     background.start_soon(audit.run_alone, settings.database)
-                yield AppContext(
-                    settings=settings,
-                    db=database,
-                    guard=guard,
-                    sensitive=settings.server.sensitive_regex(),
-                    audit=audit,
-                )
+                yield app
                 background.cancel_scope.cancel()
         finally:
-            if db is None:
-                await database.dispose()
+            await app.close()
 
     server = PgMcpServer(
-        all_primitives(settings),
+        settings,
         name="pg-mcp-server",
         title="PostgreSQL MCP server",
         version=package_version(),
         instructions=instructions(role_warnings or []),
-        tools=list(all_tools(settings)),
         lifespan=lifespan,
         log_level=settings.server.log_level,
     )

@@ -10,36 +10,53 @@ from __future__ import annotations
 import logging
 
 import anyio
+import asyncpg
 
-from pg_mcp_server.config import DatabaseSettings
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.errors import PgMcpError
+from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
 
 logger = logging.getLogger("pg_mcp_server")
 
 FILE_ROLES = ["pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"]
 
+# Written pinned to pg_catalog (see pinned.py) by hand: it runs while the server starts,
+# before pglast is imported.
 AUDIT = """
 SELECT current_user AS role,
        r.rolsuper AS superuser,
        ARRAY(SELECT p FROM pg_catalog.unnest($1::pg_catalog.text[]) AS p
              WHERE pg_catalog.pg_has_role(current_user, p, 'MEMBER')) AS file_roles,
-       (SELECT count(*) FROM pg_catalog.pg_class c
-        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.relkind IN ('r', 'p')
-          AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_'
+       (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+        WHERE (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'p')
+          AND n.nspname OPERATOR(pg_catalog.<>) 'information_schema'
+          AND n.nspname OPERATOR(pg_catalog.!~) '^pg_'
           AND pg_catalog.has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
            AS writable_tables
 FROM pg_catalog.pg_roles r
-WHERE r.rolname = current_user
+WHERE r.rolname OPERATOR(pg_catalog.=) current_user
 """
 
 
-async def audit_role(db: Database) -> list[str]:
-    """What the role could do beyond reading, one sentence each; empty for a true reader."""
-    async with db.read_only() as conn:
-        row = await conn.fetchrow(pin(AUDIT), FILE_ROLES)
+async def audit_role(settings: DatabaseSettings) -> list[str]:
+    """What the role could do beyond reading, one sentence each; empty for a true reader.
+
+    On a connection of its own, not the pool's: the audit runs while the server starts, and
+    the pool's modules (SQLAlchemy) would cost `initialize` more than the audit itself.
+    Unnamed statements (no statement cache), so it is safe through a pooler too."""
+    conn = await asyncpg.connect(
+        **settings.connect_kwargs(),
+        timeout=settings.pool_timeout,
+        statement_cache_size=0,
+        server_settings={"application_name": APPLICATION_NAME},
+    )
+    try:
+        async with conn.transaction(readonly=True):
+            await conn.execute(f"SET LOCAL statement_timeout = {int(settings.statement_timeout)}")
+            row = await conn.fetchrow(AUDIT, FILE_ROLES)
+    finally:
+        # A server that stops at once (a short session) must not cut the close short.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RoleAudit.WAIT_S):
+            await conn.close()
     assert row is not None
     role = row["role"]
     found: list[str] = []
@@ -63,35 +80,29 @@ class RoleAudit:
         self.found: list[str] | None = None  # None until known (or when the database is down)
         self._done = anyio.Event()
 
-    async def run(self, db: Database) -> list[str] | None:
+    async def run_alone(self, settings: DatabaseSettings) -> list[str] | None:
         try:
-            self.found = await audit_role(db)
-        except PgMcpError as exc:
-            logger.warning(
-                "cannot reach PostgreSQL at start-up (%s): %s; the server is running and "
-                "connects again at every tool call",
-                db.settings.target().describe(),
-                exc.message,
-            )
-        except Exception:  # a bug: it must not take the server down with it
-            logger.error("the privilege audit failed", exc_info=True)
+            self.found = await audit_role(settings)
+        except Exception as exc:
+            # Where it tried, and why, in our words (translate): never the DSN or a password.
+            from pg_mcp_server.database.engine import translate
+
+            known = translate(exc)
+            if known is None:  # a bug: it must not take the server down with it
+                logger.error("the privilege audit failed", exc_info=True)
+            else:
+                logger.warning(
+                    "cannot reach PostgreSQL at start-up (%s): %s; the server is running and "
+                    "connects again at every tool call",
+                    settings.target().describe(),
+                    known.message,
+                )
         else:
             for line in self.found:
                 logger.warning("privilege audit: %s; use a read-only role (see README)", line)
         finally:
             self._done.set()
         return self.found
-
-    async def run_alone(self, settings: DatabaseSettings) -> list[str] | None:
-        """`run` on a pool of its own, closed at once: the server's own pool starts empty, as
-        it would without the audit (sharing it left a second idle connection behind)."""
-        db = Database(settings)
-        try:
-            return await self.run(db)
-        finally:
-            # A server that stops at once (a short session) must not cut the close short.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self.WAIT_S):
-                await db.dispose()
 
     async def wait(self, timeout: float = WAIT_S) -> list[str]:
         with anyio.move_on_after(timeout):

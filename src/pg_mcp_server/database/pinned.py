@@ -67,6 +67,14 @@ def pin(sql: str) -> str:
     return text
 
 
+def pin_tree(node: Any) -> Any:
+    """`node`, a parse tree of ours built at run time, pinned like `pin`'s statements (changed
+    in place, or replaced: use what it returns). Only the part that is ours: graft a caller's
+    statement in afterwards, or its names would be pinned too. Nothing checks the printed
+    text here: the tests run the constructs it builds (test_pinned_traps)."""
+    return _pin(node)
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal trees, but for positions in the text, fields left at their defaults (a node
     built here has None where the parser writes False or 0), and whether a call was written
