@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.custom.specs import DefinitionsError
 from pg_mcp_server.embedded import MissingDependency
 
 
@@ -67,6 +69,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--workers", type=int, help="HTTP worker processes, each with its own pool (default 1)"
     )
+    p.add_argument(
+        "--custom-definitions",
+        metavar="PATH",
+        help="YAML file of custom prompts, resources and tools (pgEdge's format)",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     p.add_argument("--log-format", choices=["json", "text"], help="stderr log format")
     return p.parse_args(argv)
@@ -94,6 +101,7 @@ def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
         "log_format": args.log_format,
         "allow_unauthenticated": args.allow_unauthenticated,
         "workers": args.workers,
+        "custom_definitions": args.custom_definitions,
     }
     return Settings.load(database={"dsn": dsn}, server=server_overrides)
 
@@ -112,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RefusedToStart as exc:
         print(f"pg-mcp-server: {exc}", file=sys.stderr)
         return 3
+    except DefinitionsError as exc:
+        print(f"pg-mcp-server: failed to load custom definitions:\n{exc}", file=sys.stderr)
+        return 2
     except MissingDependency as exc:
         print(f"pg-mcp-server: {exc}", file=sys.stderr)
         return 2
@@ -165,7 +176,7 @@ def _http_bind_allowed(settings: Settings) -> bool:
 def run(settings: Settings) -> None:
     import asyncio
 
-    from pg_mcp_server.server import build_server
+    from pg_mcp_server.server import build_server, check_definitions
 
     srv = settings.server
     if srv.transport == "http" and not _http_bind_allowed(settings):
@@ -179,10 +190,15 @@ def run(settings: Settings) -> None:
         raise RefusedToStart(
             "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(role_warnings)
         )
+    asyncio.run(check_definitions(settings))  # a bad file: DefinitionsError, exit code 2
     log = logging.getLogger("pg_mcp_server")
     if settings.server.transport == "stdio":
         log.info("serving over stdio")
-        build_server(settings, role_warnings).run("stdio")
+        server = build_server(settings, role_warnings)
+        if hasattr(signal, "SIGHUP") and server.custom is not None and server.custom.service:
+            # SIGHUP reloads the definitions of a service; from a terminal it still ends us.
+            signal.signal(signal.SIGHUP, lambda *_: server.on_hangup())
+        server.run("stdio")
         return
     import uvicorn
 

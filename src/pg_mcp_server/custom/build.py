@@ -103,6 +103,10 @@ class _Arguments(ArgModelBase):
         return {"arguments": dict(self.model_extra or {})}
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 def column_schema(column: Column) -> dict[str, Any]:
     typ = column.type
     if typ.kind == "array":
@@ -208,12 +212,15 @@ def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: 
     write = spec.allow_writes and settings.server.allow_write_tools
     refused = _refused(spec, settings, path)
     columns = described.columns if described else None
+    creates = spec.type == "pl-func"
 
     async def run(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
         app = app_context(ctx)
         args = _arguments(validator, spec, arguments)
         limit, max_bytes = app.settings.server.max_rows, app.settings.server.max_result_bytes
-        async with transaction(app.db, spec.timeout_ms, write=write, refused=refused) as conn:
+        async with transaction(
+            app.db, spec.timeout_ms, write=write, refused=refused, creates=creates
+        ) as conn:
             if spec.type == "pl-do":
                 return ok_json({"result": await run_do(conn, spec.language, spec.code, args)})
             if spec.type == "sql":
@@ -285,7 +292,7 @@ def _reader(spec: ResourceSpec) -> Callable[[Request, list[Any]], Awaitable[Cont
             )
         meta = {"truncated": True, "note": "; ".join(rows.notes)} if rows.has_more else None
         if spec.mime_type == JSON:
-            return Contents(json.dumps(_decoded(rows).rows, ensure_ascii=False), meta)
+            return Contents(_json(_decoded(rows).rows), meta)
         return Contents(tsv(rows), meta)
 
     return read
@@ -295,7 +302,7 @@ def resource(spec: ResourceSpec) -> ResourceDef | TemplateDef:
     title = spec.title or spec.name
     if spec.type == "static":
         text = spec.data if isinstance(spec.data, str) and spec.mime_type != JSON else None
-        data = json.dumps(spec.data, ensure_ascii=False) if text is None else text
+        data = _json(spec.data) if text is None else text
 
         async def constant(request: Request) -> Content:
             return data

@@ -73,13 +73,14 @@ class Rows:
 
 @asynccontextmanager
 async def transaction(
-    db: Database, timeout_ms: int | None, *, write: bool, refused: str
+    db: Database, timeout_ms: int | None, *, write: bool, refused: str, creates: bool = False
 ) -> AsyncIterator[asyncpg.Connection]:
     """A connection inside a transaction of our own: read-only and rolled back, or (`write`)
-    read-write and committed when the block succeeds. `refused`: the suggestion that goes
-    with a write PostgreSQL refused in a read-only transaction."""
+    read-write and committed when the block succeeds. `creates`: read-write, to create a
+    temporary function, yet rolled back (see create_function). `refused`: the suggestion that
+    goes with a write PostgreSQL refused in a read-only transaction."""
     ms = db.timeout_ms(timeout_ms)
-    mode = "READ WRITE" if write else "READ ONLY"
+    mode = "READ WRITE" if write or creates else "READ ONLY"
     try:
         async with db.catalog() as conn:
             await conn.execute(f"BEGIN {mode}; SET LOCAL statement_timeout = {int(ms)}")
