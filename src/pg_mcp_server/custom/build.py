@@ -63,11 +63,18 @@ from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok_json
 WRITES = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
 )
-_NUMBER = ["number", "string", "null"]  # NaN, the infinities and long numerics come as text
+
+
+def _nullable(*types: str) -> dict[str, Any]:
+    # anyOf rather than a type list: portable schemas (see tools/schemas.py)
+    return {"anyOf": [{"type": t} for t in (*types, "null")]}
+
+
 _SCHEMAS: dict[str, dict[str, Any]] = {
-    **{name: {"type": ["integer", "null"]} for name in ("int2", "int4", "int8", "oid")},
-    **{name: {"type": _NUMBER} for name in ("float4", "float8", "numeric")},
-    "bool": {"type": ["boolean", "null"]},
+    **{name: _nullable("integer") for name in ("int2", "int4", "int8", "oid")},
+    # NaN, the infinities and numerics a float cannot hold exactly come as text
+    **{name: _nullable("number", "string") for name in ("float4", "float8", "numeric")},
+    "bool": _nullable("boolean"),
     "json": {},
     "jsonb": {},
 }
@@ -110,10 +117,10 @@ def _json(value: Any) -> str:
 def column_schema(column: Column) -> dict[str, Any]:
     typ = column.type
     if typ.kind == "array":
-        return {"type": ["array", "null"]}
+        return _nullable("array")
     if typ.kind == "composite":
-        return {"type": ["object", "null"]}
-    return _SCHEMAS.get(typ.name, {"type": ["string", "null"]})
+        return _nullable("object")
+    return _SCHEMAS.get(typ.name, _nullable("string"))
 
 
 def rows_schema(columns: list[Column] | None) -> dict[str, Any]:

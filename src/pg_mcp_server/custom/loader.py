@@ -81,7 +81,7 @@ class _Entry:
             if key not in allowed:
                 raise _Bad(
                     f"unknown field '{key}' (expected one of {', '.join(sorted(allowed))})",
-                    self.line(key),
+                    self.value.keys_at[key],
                 )
 
     def text(self, key: str) -> str:

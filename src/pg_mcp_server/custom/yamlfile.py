@@ -13,17 +13,22 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 
 class Located(dict[str, Any]):
-    """A mapping with its line and the line of each value (1-based)."""
+    """A mapping with its line and the lines of each key and value (1-based)."""
 
-    line: int = 0
-    lines: dict[str, int]
+    def __init__(self) -> None:
+        super().__init__()
+        self.line = 0
+        self.lines: dict[str, int] = {}
+        self.keys_at: dict[str, int] = {}
 
 
 class LocatedList(list[Any]):
     """A list with its line and the line of each item."""
 
-    line: int = 0
-    lines: list[int]
+    def __init__(self, items: Any = ()) -> None:
+        super().__init__(items)
+        self.line = 0
+        self.lines: list[int] = []
 
 
 class YamlProblem(Exception):
@@ -48,13 +53,13 @@ class _Loader(yaml.SafeLoader):
         self.flatten_mapping(node)  # merge keys (<<: *anchor)
         out = Located()
         out.line = _line(node)
-        out.lines = {}
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str | int | float | bool):
                 raise YamlProblem("a key must be a plain value", _line(key_node))
             out[str(key)] = _plain(self.construct_object(value_node, deep=True))
             out.lines[str(key)] = _line(value_node)
+            out.keys_at[str(key)] = _line(key_node)
         return out
 
     def construct_located_list(self, node: SequenceNode) -> LocatedList:
