@@ -144,9 +144,7 @@ def _options(elements: tuple[ast.DefElem, ...] | None) -> dict[str, object]:
 def do_block(language: str, code: str) -> str:
     """The DO statement running a pl-do tool's code."""
     if language == "plpgsql":
-        body = _PLPGSQL_DO.format(
-            args=ARGS_SETTING, result=RESULT_SETTING, code=_terminated(code.strip())
-        )
+        body = _PLPGSQL_DO.format(args=ARGS_SETTING, result=RESULT_SETTING, code=_terminated(code))
     else:
         body = CONVENTIONS.get(language, _PLAIN).do_prelude + code
     sql = f"DO {_quoted(body)} LANGUAGE {language}"
@@ -159,6 +157,7 @@ def do_block(language: str, code: str) -> str:
 
 def _terminated(code: str) -> str:
     # The code becomes a statement of the wrapping block: it needs its closing semicolon.
+    code = code.strip()
     return code if code.endswith(";") else code + ";"
 
 
