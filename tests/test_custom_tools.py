@@ -95,7 +95,7 @@ async def test_arguments_are_checked_before_any_sql_runs(demo_dsn: str, tmp_path
     # Were the SQL run, every call would fail on the missing setting instead.
     text = ORDERS.replace("SELECT id,", "SELECT current_setting('mcp.nothing') AS boom, id,")
     async with serve(demo_dsn, tmp_path, text) as client:
-        cases = [
+        cases: list[tuple[dict[str, Any], str, str]] = [
             ({"status": 7}, "status", "7 is not of type 'string'"),
             ({}, "(arguments)", "'status' is a required property"),
             ({"status": "lost"}, "status", "'lost' is not one of"),
@@ -194,7 +194,7 @@ async def test_writes_need_the_file_and_the_operator(scratch_dsn: str, tmp_path:
         assert annotations and annotations.read_only_hint is False
         assert annotations.destructive_hint is True and annotations.idempotent_hint is False
         # Only the tool the file marks may write, whatever the operator allows.
-        assert tools["add_note_by_function"].annotations.read_only_hint  # type: ignore[union-attr]
+        assert tools["add_note_by_function"].annotations.read_only_hint
         got = await call(client, "add_note", body="hello")
         assert got["status"] == "INSERT 0 1" and got["rows"][0]["body"] == "hello"
         body = await call_error(client, "add_note_by_function", body="again")
