@@ -173,7 +173,10 @@ class CustomDefinitions:
         if stamp is None or stamp == self._stamp:
             return False  # a file being replaced is briefly missing: wait for it
         self._stamp = stamp
-        return _digest(self.path) != self._digest  # a touched file is not a changed one
+        if _digest(self.path) == self._digest:
+            logger.debug("custom definitions file %s touched, not changed", self.path)
+            return False
+        return True
 
     async def _watch(self) -> None:
         assert self._wake is not None
