@@ -52,7 +52,6 @@ function mcp_return(result) {{
 """
 
 _PERL_RETURN = f"""\
-no warnings 'redefine';
 sub mcp_return {{
   my ($result) = @_;
   my $text = ref $result ? _mcp_encode($result) : $result;
@@ -60,15 +59,22 @@ sub mcp_return {{
 }}
 """
 
+# JSON::PP is the JSON module every Perl has. encode_json and decode_json as in JSON.pm, but
+# on characters, which is what PL/Perl exchanges with PostgreSQL (JSON.pm's work on UTF-8
+# bytes, and would garble every non-ASCII character).
 _PERLU_ARGS = """\
+no warnings 'redefine';
 use JSON::PP ();
-sub _mcp_encode { JSON::PP->new->canonical->encode($_[0]) }
-my $args = JSON::PP->new->decode(@SOURCE@);
+sub encode_json { JSON::PP->new->canonical->encode($_[0]) }
+sub decode_json { JSON::PP->new->decode($_[0]) }
+sub _mcp_encode { encode_json($_[0]) }
+my $args = decode_json(@SOURCE@);
 """
 
 # Trusted PL/Perl cannot load JSON::PP: arguments come from jsonb_each_text (values as text,
 # nested ones as their JSON text) and a hash is returned through json_object.
 _PERL_ARGS = """\
+no warnings 'redefine';
 sub _mcp_encode {
   my ($h) = @_;
   my @k = sort keys %$h;
