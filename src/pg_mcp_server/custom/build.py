@@ -229,12 +229,12 @@ def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: 
             app.db, spec.timeout_ms, write=write, refused=refused, creates=creates
         ) as conn:
             if spec.type == "pl-do":
-                return ok_json({"result": await run_do(conn, spec.language, spec.code, args)})
+                return ok_json({"result": await run_do(conn, spec.statement, args)})
             if spec.type == "sql":
                 values = [args.get(p) for p in spec.properties]
                 sql, names, status = spec.sql, spec.properties, write
             else:
-                await create_function(conn, spec.language, spec.returns, spec.code, write=write)
+                await create_function(conn, spec.statement, write=write)
                 sql, values, names, status = plcode.call_function(), [json.dumps(args)], [], False
             rows = await fetch_rows(
                 conn, sql, values, names, limit=limit, max_bytes=max_bytes, status=status

@@ -65,7 +65,7 @@ async def _describe(conn: asyncpg.Connection, sql: str, what: str) -> Described:
 async def _describe_function(conn: asyncpg.Connection, tool: ToolSpec) -> Described:
     await conn.execute("BEGIN READ WRITE")
     try:
-        await conn.execute(plcode.create_function(tool.language, tool.returns, tool.code))
+        await conn.execute(tool.statement)
         stmt = await conn.prepare(plcode.call_function())
     except asyncpg.PostgresError as exc:
         raise _Bad(f"code: {_message(exc)}") from None

@@ -384,7 +384,7 @@ class _Loader:
         sql, language, code, returns = (
             entry.text(k) for k in ("sql", "language", "code", "returns")
         )
-        returns_set = False
+        returns_set, statement = False, ""
         if kind == "sql":
             if not sql.strip():
                 raise _Bad("sql type requires 'sql' field")
@@ -396,7 +396,7 @@ class _Loader:
             if kind == "pl-func" and not returns.strip():
                 raise _Bad("pl-func type requires 'returns' field")
             self.language(language, entry.line("language"))
-            returns_set = self.code(kind, language, returns, code, entry)
+            returns_set, statement = self.code(kind, language, returns, code, entry)
         timeout = entry.value.get("timeout")
         try:
             timeout_ms = None if timeout is None else duration_ms(str(timeout))
@@ -414,6 +414,7 @@ class _Loader:
             code=code,
             returns=returns,
             returns_set=returns_set,
+            statement=statement,
             timeout_ms=timeout_ms,
             allow_writes=entry.flag("allow_writes"),
         )
@@ -481,8 +482,9 @@ class _Loader:
             )
 
     @staticmethod
-    def code(kind: str, language: str, returns: str, code: str, entry: _Entry) -> bool:
-        """Check what can be checked without the database; whether the function returns rows."""
+    def code(kind: str, language: str, returns: str, code: str, entry: _Entry) -> tuple[bool, str]:
+        """Check what can be checked without the database. Whether the function returns rows,
+        and the statement (DO or CREATE FUNCTION) that runs the code."""
         returns_set = False
         if kind == "pl-func":
             try:
@@ -495,14 +497,14 @@ class _Loader:
                 ) from None
         try:
             if kind == "pl-do":
-                plcode.do_block(language, code)
+                statement = plcode.do_block(language, code)
                 if language == "plpgsql":
                     plcode.check_plpgsql(code)
             else:
-                plcode.create_function(language, returns, code)
+                statement = plcode.create_function(language, returns, code)
         except ValueError as exc:
             raise _Bad(f"code: {exc}", entry.line("code")) from None
-        return returns_set
+        return returns_set, statement
 
 
 def load(path: str, settings: ServerSettings, reserved: Reserved) -> Definitions:

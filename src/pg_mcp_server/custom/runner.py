@@ -178,15 +178,16 @@ def _bounded(result: Rows, limit: int, max_bytes: int) -> Rows:
     return result
 
 
-async def run_do(conn: asyncpg.Connection, language: str, code: str, args: dict[str, Any]) -> Any:
-    """A pl-do block's result (JSON when it is JSON text, else the text; None if unset)."""
+async def run_do(conn: asyncpg.Connection, block: str, args: dict[str, Any]) -> Any:
+    """A pl-do tool's DO `block` run with `args`: its result (JSON when it is JSON text, else
+    the text; None if unset)."""
     await conn.execute(
         "SELECT pg_catalog.set_config($1, $2, true), pg_catalog.set_config($3, '', true)",
         plcode.ARGS_SETTING,
         json.dumps(args),
         plcode.RESULT_SETTING,
     )
-    await conn.execute(plcode.do_block(language, code))
+    await conn.execute(block)
     text = await conn.fetchval("SELECT pg_catalog.current_setting($1, true)", plcode.RESULT_SETTING)
     if not text:
         return None
@@ -196,14 +197,13 @@ async def run_do(conn: asyncpg.Connection, language: str, code: str, args: dict[
         return text
 
 
-async def create_function(
-    conn: asyncpg.Connection, language: str, returns: str, code: str, *, write: bool
-) -> None:
-    """Create a pl-func tool's temporary function, to be called (`plcode.call_function()`,
-    through fetch_rows) in the same transaction, whose rollback drops it. A read-only tool's
-    transaction turns read-only once the function exists (PostgreSQL allows that switch at
-    any point, never the other way), so the code itself cannot write."""
-    await conn.execute(plcode.create_function(language, returns, code))
+async def create_function(conn: asyncpg.Connection, create: str, *, write: bool) -> None:
+    """Create a pl-func tool's temporary function (`create`: its CREATE FUNCTION), to be
+    called (`plcode.call_function()`, through fetch_rows) in the same transaction, whose
+    rollback drops it. A read-only tool's transaction turns read-only once the function
+    exists (PostgreSQL allows that switch at any point, never the other way), so the code
+    itself cannot write."""
+    await conn.execute(create)
     if not write:
         await conn.execute("SET TRANSACTION READ ONLY")
 
