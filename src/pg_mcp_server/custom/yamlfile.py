@@ -42,7 +42,11 @@ def _line(node: Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (the usual wheels): ~5x faster.
+_Safe: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Safe):  # type: ignore[valid-type,misc]
     def construct_located_mapping(self, node: MappingNode) -> Located:
         seen: set[Any] = set()
         for key_node, _ in node.value:
