@@ -138,6 +138,19 @@ def _unique(seen: set[str], key: str, message: str, line: int) -> None:
     seen.add(key)
 
 
+def _named(
+    value: Any, kind: str, where: Where, fields: set[str], seen: set[str]
+) -> tuple[_Entry, str]:
+    """A prompt's or tool's fields, and its name: there, and not taken by another."""
+    entry = _Entry(value, f"a {kind}", where.line)
+    entry.only(fields)
+    name = entry.text("name")
+    if not name:
+        raise _Bad("name is required")
+    _unique(seen, name, f"duplicate {kind} name: {name}", entry.line("name"))
+    return entry, name
+
+
 def _argument(value: Any, line: int, fields: set[str]) -> ArgumentSpec:
     entry = _Entry(value, "an argument", line)
     entry.only(fields)
@@ -193,12 +206,7 @@ class _Loader:
     def prompt(
         self, value: Any, where: Where, seen: set[str], uris: Callable[[str], bool]
     ) -> PromptSpec:
-        entry = _Entry(value, "a prompt", where.line)
-        entry.only(_PROMPT_FIELDS)
-        name = entry.text("name")
-        if not name:
-            raise _Bad("name is required")
-        _unique(seen, name, f"duplicate prompt name: {name}", entry.line("name"))
+        entry, name = _named(value, "prompt", where, _PROMPT_FIELDS, seen)
         if name in self.reserved.prompts:
             raise _Bad(f"name {name} is a built-in prompt", entry.line("name"))
         messages = entry.items("messages")
@@ -360,12 +368,7 @@ class _Loader:
     # --- tools
 
     def tool(self, value: Any, where: Where, seen: set[str]) -> ToolSpec:
-        entry = _Entry(value, "a tool", where.line)
-        entry.only(_TOOL_FIELDS)
-        name = entry.text("name")
-        if not name:
-            raise _Bad("name is required")
-        _unique(seen, name, f"duplicate tool name: {name}", entry.line("name"))
+        entry, name = _named(value, "tool", where, _TOOL_FIELDS, seen)
         if not _TOOL_NAME.fullmatch(name):
             raise _Bad(
                 f'invalid name "{name}" (letters, digits, _, - and . only, at most 128)',
