@@ -481,9 +481,11 @@ async def test_pl_func_cannot_write(scratch_dsn: str, tmp_path: Path) -> None:
         text.replace("returns: int", "returns: int\n        allow_writes: true", 1),
         allow_write_tools=True,
     ) as client:
-        assert await call(client, "writer") == {"result": 1}
-    assert len(await fetch(scratch_dsn, "SELECT * FROM notes")) == 1
-    assert await fetch(scratch_dsn, "SELECT oid FROM pg_proc WHERE proname = 'mcp_tool'") == []
+        for _ in range(3):  # committed calls, on pooled connections that stay open
+            assert await call(client, "writer") == {"result": 1}
+        # The function is dropped before the commit: none is left in those sessions.
+        assert await fetch(scratch_dsn, "SELECT oid FROM pg_proc WHERE proname = 'mcp_tool'") == []
+    assert len(await fetch(scratch_dsn, "SELECT * FROM notes")) == 3
 
 
 async def test_rows_are_bounded(demo_dsn: str, tmp_path: Path) -> None:

@@ -106,7 +106,8 @@ def reserved(settings: Settings) -> Reserved:
 
 async def check_definitions(settings: Settings) -> None:
     """Before serving: DefinitionsError when the custom definitions file cannot be served."""
-    await check_file(settings, reserved(settings))
+    if settings.server.custom_definitions is not None:
+        await check_file(settings, reserved(settings))
 
 
 def listed(tool: Tool) -> McpTool:
@@ -313,9 +314,9 @@ def build_server(
         guard = SqlGuard(
             strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
         )
-        if server.custom is not None:
-            await server.custom.start(database)
         try:
+            if server.custom is not None:
+                await server.custom.start(database)
             yield AppContext(
                 settings=settings,
                 db=database,

@@ -202,7 +202,7 @@ def _arguments(
     return defaults | given
 
 
-def _refused(spec: ToolSpec, settings: Settings, path: str) -> str:
+def _refused(spec: ToolSpec, path: str) -> str:
     if spec.allow_writes:
         return (
             f"{spec.name} is marked allow_writes in {path}, but the server does not allow "
@@ -217,7 +217,7 @@ def _refused(spec: ToolSpec, settings: Settings, path: str) -> str:
 def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: str) -> PgTool:
     validator = Draft202012Validator(spec.input_schema)
     write = spec.allow_writes and settings.server.allow_write_tools
-    refused = _refused(spec, settings, path)
+    refused = _refused(spec, path)
     columns = described.columns if described else None
     creates = spec.type == "pl-func"
 
@@ -239,7 +239,9 @@ def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: 
             rows = await fetch_rows(
                 conn, sql, values, names, limit=limit, max_bytes=max_bytes, status=status
             )
-        _same_shape(rows, described, spec.name)
+            _same_shape(rows, described, spec.name)  # before a write tool commits
+            if creates and write:  # committed, the function would outlive the call
+                await conn.execute(plcode.DROP_FUNCTION)
         rows = _decoded(rows)
         if spec.type == "pl-func" and not spec.returns_set:
             first = rows.rows[0] if rows.rows else {}
@@ -272,7 +274,8 @@ def _completer(sql: str | None) -> Callable[[AppContext, str], Awaitable[Names]]
         return None
 
     async def lookup(app: AppContext, value: str) -> Names:
-        async with transaction(app.db, None, write=False, refused="") as conn:
+        refused = "Completion queries run read-only."
+        async with transaction(app.db, None, write=False, refused=refused) as conn:
             return await complete(conn, sql, value)
 
     return lookup

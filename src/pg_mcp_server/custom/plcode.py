@@ -206,6 +206,9 @@ def call_function() -> str:
     return f"SELECT * FROM pg_temp.{FUNCTION}($1::pg_catalog.jsonb)"
 
 
+DROP_FUNCTION = f"DROP FUNCTION pg_temp.{FUNCTION}(pg_catalog.jsonb)"
+
+
 def check_plpgsql(code: str) -> None:
     """Parse a pl-do PL/pgSQL block as it will run (PostgreSQL's PL/pgSQL parser, offline):
     syntax errors and unknown variables fail here, at load. Raises ValueError."""

@@ -74,8 +74,7 @@ async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Da
 async def check_file(settings: Settings, reserved: Reserved) -> None:
     """For start-up: raises DefinitionsError when the configured file cannot be served."""
     path = settings.server.custom_definitions
-    if path is None:
-        return
+    assert path is not None
     db = Database(settings.database)
     try:
         await load_checked(path, settings, reserved, db)
