@@ -9,16 +9,14 @@ What the descriptions say (parameter and result types) gives the tools their out
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import asyncpg
 
 from pg_mcp_server.custom import plcode
-from pg_mcp_server.custom.runner import Column
+from pg_mcp_server.custom.runner import Column, duplicated
 from pg_mcp_server.custom.specs import (
-    JSON,
     Definitions,
     DefinitionsError,
     ResourceSpec,
@@ -75,11 +73,9 @@ async def _describe_function(conn: asyncpg.Connection, tool: ToolSpec) -> Descri
 
 
 def _distinct(described: Described) -> None:
-    twice = [n for n, k in Counter(c.name for c in described.columns).items() if k > 1]
+    twice = duplicated([c.name for c in described.columns])
     if twice:
-        raise _Bad(
-            f"the result has more than one column named {twice[0]}: name them apart (AS ...)"
-        )
+        raise _Bad(f"the result has more than one column named {twice}: name them apart (AS ...)")
 
 
 class _Checker:
@@ -126,8 +122,7 @@ class _Checker:
                     f"sql uses ${described.parameters} but the uri has {bound} parameters "
                     "to bind ($1, $2, ... in the order they appear)"
                 )
-            if resource.mime_type == JSON:
-                _distinct(described)
+            _distinct(described)
         for parameter in resource.parameters:
             await self.completion(parameter.name, parameter.completion)
 

@@ -114,7 +114,7 @@ def _values(record: asyncpg.Record) -> list[Any]:
     return [to_json(v) for v in record.values()]
 
 
-async def _bound(
+def _bound(
     stmt: asyncpg.prepared_stmt.PreparedStatement, values: Sequence[Any], names: Sequence[str]
 ) -> list[Any]:
     """`values` converted to the statement's parameter types; the statement may use fewer
@@ -151,8 +151,14 @@ async def fetch_rows(
     """At most `limit` rows (and `max_bytes` of row JSON) of `sql`, with has_more. `status`:
     run the whole statement (a write) and report its command tag."""
     stmt = await conn.prepare(sql)
-    args = await _bound(stmt, values, names)
+    args = _bound(stmt, values, names)
     columns = [Column(a.name, a.type) for a in stmt.get_attributes()]
+    twice = duplicated([c.name for c in columns])
+    if twice:  # (refused at start; here for definitions served unchecked)
+        raise InvalidSqlError(
+            f"The definition's result has more than one column named {twice}.",
+            suggestion="Its operator names the columns apart (AS ...).",
+        )
     tag = None
     if status:  # the whole command runs anyway; its tag says what it did
         records = await stmt.fetch(*args)
@@ -162,6 +168,16 @@ async def fetch_rows(
         records = await cursor.fetch(limit + 1)
     rows = [dict(zip([c.name for c in columns], _values(r), strict=True)) for r in records]
     return _bounded(Rows(columns, rows, status=tag), limit, max_bytes)
+
+
+def duplicated(names: Sequence[str]) -> str | None:
+    """A name that appears more than once, if any."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _bounded(result: Rows, limit: int, max_bytes: int) -> Rows:
