@@ -25,7 +25,10 @@ from pg_mcp_server.custom.specs import (
 )
 from pg_mcp_server.database.engine import Database
 
-LANGUAGES = "SELECT lanname::text FROM pg_catalog.pg_language"
+# Languages code may be written in (C and internal functions are not code of the file).
+LANGUAGES = (
+    "SELECT lanname::text FROM pg_catalog.pg_language WHERE lanname NOT IN ('c', 'internal')"
+)
 AVAILABLE = "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1::text[])"
 
 
@@ -144,7 +147,7 @@ async def check(defs: Definitions, db: Database) -> dict[str, Described]:
     async with db.catalog() as conn:
         checker = _Checker(defs, conn)
         languages = {r[0] for r in await conn.fetch(LANGUAGES)}
-        wanted = sorted({t.language for t in defs.tools if t.language} - languages)
+        wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
         available = {r[0] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()
         for tool in defs.tools:
             await checker.run(tool.where, checker.tool(tool, languages, available))

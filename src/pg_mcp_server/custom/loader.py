@@ -476,6 +476,8 @@ class _Loader:
                 "plpgsql or plpython3u)",
                 line,
             )
+        if language.lower() in ("c", "internal"):
+            raise _Bad(f"language {language} runs compiled code, not code of this file", line)
         allowed = self.settings.allowed_pl_languages
         if "*" not in allowed and language not in allowed:
             raise _Bad(
