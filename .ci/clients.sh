@@ -86,4 +86,8 @@ check "inspector stdio prompts/list" '"write-query"' \
 check "inspector stdio prompts/get" 'How many orders' \
   mcp-inspector --cli "$SERVER" --demo --method prompts/get --prompt-name write-query \
   --prompt-args "question=How many orders shipped?"
+# What the server tells a person who starts it in a terminal must work as written.
+BANNER=$("${UV[@]}" run python -c 'import sys; from pg_mcp_server.__main__ import banner
+print(banner(sys.argv[1:]))' "$SERVER" --demo | sed -n 's/^  npx /npx /p')
+check "the terminal banner's Inspector command" '"list_tables"' bash -c "$BANNER"
 echo "clients: all passed"

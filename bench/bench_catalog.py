@@ -98,7 +98,7 @@ def _list(schema: str, limit: int | None = None) -> CaseSpec:
     if limit is not None:
         arguments["limit"] = limit
     return ("list_tables", arguments, catalog.LIST_TABLES,
-            (schema, catalog.RELKINDS_ALL, None, limit or DEFAULT_PAGE, 0))  # fmt: skip
+            (schema, catalog.RELKINDS_ALL, None, limit or DEFAULT_PAGE, 0, False))  # fmt: skip
 
 
 def _describe(schema: str, table: str) -> CaseSpec:

@@ -1,16 +1,7 @@
-"""Custom definitions: what a definitions file costs at start (and at each reload), and what
-a custom sql tool call costs next to execute_query running the same statement.
-
-- start: a generated file of 200 sql tools, 50 sql resources and 50 prompts on the demo
-  database, timed in its three steps: load (YAML and validation), check (every statement
-  prepared against the database) and build (tools, resources, prompts);
-- calls: `SELECT id, email FROM users WHERE id = $1` as a custom tool and through
-  execute_query, in-process client (no transport), interleaved, median and p95.
-
-Nothing is patched. The machine is shared: each run prints the load average; expect noise.
-
-Run: uv run python bench/bench_custom.py   (~1 minute)
-"""
+"""Custom definitions: the cost of a large definitions file at start (and each reload) in its
+three steps (load, check against the database, build), and a custom sql tool call next to
+execute_query running the same statement (in-process client, interleaved). Nothing is
+patched; the machine is shared: expect noise. Run: uv run python bench/bench_custom.py"""
 
 from __future__ import annotations
 
@@ -43,25 +34,21 @@ def definitions() -> str:
     lines = ["tools:"]
     for i in range(TOOLS):
         lines += [
-            f"  - name: user_{i}",
-            "    type: sql",
-            "    input_schema: {type: object, properties: {id: {type: integer}}}",
-            f"    sql: SELECT id, email, {i} AS n FROM users WHERE id = $1",
+            f"  - {{name: user_{i}, type: sql,",
+            "     input_schema: {type: object, properties: {id: {type: integer}}},",
+            f"     sql: 'SELECT id, email, {i} AS n FROM users WHERE id = $1'}}",
         ]
     lines.append("resources:")
     for i in range(RESOURCES):
         lines += [
-            f"  - uri: custom://orders-{i}",
-            f"    name: Orders {i}",
-            "    type: sql",
-            f"    sql: SELECT status, count(*) + {i} AS n FROM orders GROUP BY status",
+            f"  - {{uri: 'custom://orders-{i}', name: Orders {i}, type: sql,",
+            f"     sql: 'SELECT status, count(*) + {i} AS n FROM orders GROUP BY status'}}",
         ]
     lines.append("prompts:")
     for i in range(PROMPTS):
         lines += [
-            f"  - name: prompt-{i}",
-            "    arguments: [{name: who, required: true}]",
-            "    messages: [{role: user, content: {type: text, text: 'Hello {{who}}'}}]",
+            f"  - {{name: prompt-{i}, arguments: [{{name: who, required: true}}],",
+            "     messages: [{role: user, content: {type: text, text: 'Hello {{who}}'}}]}",
         ]
     return "\n".join(lines) + "\n"
 

@@ -6,7 +6,7 @@
 json_response=True)` with the same transport security (DNS-rebinding protection, loopback
 hosts and origins), under `uvicorn.run(..., log_config=None)` with uvicorn's defaults otherwise
 (loop and http "auto": uvloop and httptools when installed, as for ours), with the same logging
-set-up (`pg_mcp_server.__main__.configure_logging`, level and format from MCP_LOG_LEVEL /
+set-up (`pg_mcp_server.logs.configure_logging`, level and format from MCP_LOG_LEVEL /
 MCP_LOG_FORMAT), so both write the same per-request log lines.
 
 `--app ours` is `pg_mcp_server.gateway.http_app(Settings.load())`: the app `pg-mcp-server
@@ -45,9 +45,9 @@ import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp
 
-from pg_mcp_server.__main__ import configure_logging
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.gateway import http_app, sdk_app
+from pg_mcp_server.logs import configure_logging
 
 HOST = "127.0.0.1"
 

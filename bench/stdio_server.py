@@ -27,9 +27,9 @@ import asyncpg
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult
 
-from pg_mcp_server.__main__ import configure_logging
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database.queries import query_hash
+from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.models.results import ExecuteQueryOutput
 from pg_mcp_server.server import build_server
 from pg_mcp_server.tools.registry import ok_json

@@ -972,6 +972,9 @@ class Legit:
     rows: list[dict[str, Any]] | None = None
     exact: bool = True
     db: str = "corpus"  # or "pagila"
+    # The server_version_num the SQL needs: an older server's own parser refuses it, and the
+    # caller must get that as INVALID_SQL (what that major does) rather than rows.
+    since: int = 0
 
     @property
     def id(self) -> str:
@@ -1231,6 +1234,7 @@ LEGIT: list[Legit] = [
         "json_table",
         "SELECT * FROM JSON_TABLE('[{\"a\": 1}, {\"a\": 2}]'::jsonb, '$[*]' "
         "COLUMNS (a int PATH '$.a'))",
+        since=170000,  # JSON_TABLE is new in PostgreSQL 17
     ),
     L("grouping", "attribute_of_row", "SELECT (c).id FROM canary c WHERE id = 1"),
     L("grouping", "enum_and_numeric", "SELECT mood, amount FROM ledger ORDER BY id"),

@@ -33,7 +33,7 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    """A failed call's PRD ToolError body, checked for shape."""
+    """A failed call's PRD error body (ErrorResponse), checked for shape."""
     result = await client.call_tool(tool, arguments)
     assert result.is_error, f"expected an error from {tool}({arguments})"
     body = result.structured_content
@@ -62,3 +62,8 @@ async def execute(dsn: str, script: str) -> None:
         await conn.execute(script)
     finally:
         await conn.close()
+
+
+def sample_records(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """get_sample_rows' rows (arrays in `columns` order) as one dict per row."""
+    return [dict(zip(out["columns"], row, strict=True)) for row in out["rows"]]

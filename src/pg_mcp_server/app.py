@@ -9,6 +9,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.catalog import SnapshotCache
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
@@ -24,6 +25,7 @@ class AppContext:
     # describe_table answers, reused while nothing has committed since (see SnapshotCache).
     described: SnapshotCache = field(default_factory=SnapshotCache)
     sensitive: re.Pattern[str] | None = None
+    audit: RoleAudit | None = None  # the start-up role audit, while it runs in the background
 
 
 def app_context(ctx: Context[Any, Any]) -> AppContext:

@@ -7,11 +7,17 @@ description, and `tests/test_config.py` checks that each is documented in the RE
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -19,7 +25,20 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from pg_mcp_server import dsn as dsn_text
+
 APPLICATION_NAME = "pg-mcp-server"
+# The name on PyPI ("pg-mcp-server" there is another project); the command is pg-mcp-server.
+DISTRIBUTION = "postgres-mcp-layered"
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0.0.0"
 
 
 class DatabaseSettings(BaseSettings):
@@ -69,6 +88,13 @@ class DatabaseSettings(BaseSettings):
         default="public", description="Schema used when a tool call names none"
     )
 
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_works(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            dsn_text.to_uri(value.get_secret_value())  # raises DsnError (a ValueError)
+        return value
+
     @model_validator(mode="after")
     def _need_a_target(self) -> DatabaseSettings:
         if self.dsn is None and not self.database:
@@ -82,7 +108,7 @@ class DatabaseSettings(BaseSettings):
         """Keyword arguments for `asyncpg.connect`; the DSN, when given, wins over the parts,
         except PG_PASSWORD, which keeps a password out of a DSN given on the command line."""
         if self.dsn is not None:
-            kwargs: dict[str, Any] = {"dsn": self.dsn.get_secret_value()}
+            kwargs: dict[str, Any] = {"dsn": dsn_text.to_uri(self.dsn.get_secret_value())}
         else:
             kwargs = {"host": self.host, "port": self.port, "database": self.database}
             if self.user:
@@ -92,6 +118,12 @@ class DatabaseSettings(BaseSettings):
         if self.sslmode is not None:
             kwargs["ssl"] = self.sslmode
         return kwargs
+
+    def target(self) -> dsn_text.Target:
+        """Where the server connects (for messages: no password)."""
+        if self.dsn is not None:
+            return dsn_text.target(self.dsn.get_secret_value())
+        return dsn_text.Target(self.host, str(self.port), self.database, self.user)
 
 
 class ServerSettings(BaseSettings):
@@ -116,8 +148,10 @@ class ServerSettings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         default="INFO", description="Logging level (logs go to stderr)"
     )
-    log_format: Literal["json", "text"] = Field(
-        default="json", description="Log line format on stderr: json or text"
+    log_format: Literal["auto", "json", "text"] = Field(
+        default="auto",
+        description="Log line format on stderr: text in a terminal and json otherwise (auto), "
+        "or json, or text",
     )
 
     redact_sensitive_columns: bool = Field(
@@ -131,7 +165,7 @@ class ServerSettings(BaseSettings):
 
     block_keywords_in_comments: bool = Field(
         default=True,
-        description="Refuse SQL whose comments contain write or session keywords (PRD 8.1)",
+        description="Refuse SQL whose comments contain write or session keywords",
     )
     max_rows: int = Field(
         default=10000,
@@ -258,6 +292,27 @@ class ServerSettings(BaseSettings):
 
 
 GROUPS = ("database", "server")
+_PREFIX = {"DatabaseSettings": "PG_", "ServerSettings": "MCP_"}
+_SECRET = {"dsn", "password", "auth_tokens"}  # never echo what was given for these
+
+
+def describe_errors(exc: ValidationError, flags: dict[str, str] | None = None) -> list[str]:
+    """One line per invalid setting, naming its variable (and flag, from `flags`): for a person
+    who set `PG_PORT=abc`, "port: Input should be..." does not say which port."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if not field:
+            where = ""
+        else:
+            name = "PG_DSN" if field == "dsn" else _PREFIX.get(exc.title, "") + field.upper()
+            flag = (flags or {}).get(name)
+            where = f"{name} (or {flag}): " if flag else f"{name}: "
+        message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
+        if field and field not in _SECRET and "input" in err and err["type"] != "value_error":
+            message += f" (got {str(err['input'])[:40]!r})"
+        lines.append(where + message)
+    return lines
 
 
 class Settings(BaseSettings):
@@ -280,26 +335,6 @@ class Settings(BaseSettings):
 
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
-
-    def to_json(self) -> str:
-        """Every setting as JSON, secrets in clear: only for handing the resolved settings to
-        this server's own worker processes (through their environment), never for logging."""
-
-        def plain(value: Any) -> Any:
-            if isinstance(value, SecretStr):
-                return value.get_secret_value()
-            if isinstance(value, list):
-                return [plain(v) for v in value]
-            return value
-
-        return json.dumps(
-            {group: {k: plain(v) for k, v in getattr(self, group)} for group in GROUPS}
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> Settings:
-        groups = json.loads(text)
-        return cls.load(**{group: groups[group] for group in GROUPS})
 
     @classmethod
     def load(

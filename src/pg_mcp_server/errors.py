@@ -112,6 +112,15 @@ def closest(name: str, candidates: Iterable[str], limit: int = 3) -> list[str]:
     return out[:limit]
 
 
+def nearest_first(name: str, candidates: Iterable[str]) -> list[str]:
+    """All of `candidates`, the most similar to `name` first (ties keep their order)."""
+    folded = name.casefold()
+    return sorted(
+        candidates,
+        key=lambda c: -difflib.SequenceMatcher(None, folded, c.casefold()).ratio(),
+    )
+
+
 def did_you_mean(similar: list[str], then: str) -> str:
     if not similar:
         return then

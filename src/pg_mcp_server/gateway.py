@@ -4,9 +4,13 @@ The SDK checks Accept (406), Content-Type, MCP-Protocol-Version (400), Host (421
 (403) and answers notifications with 202. In front of it we add what a server that hands out
 database access needs: bearer tokens (compared in constant time, 401 with WWW-Authenticate),
 405 for GET/DELETE on /mcp (stateless: there is no stream to open and no session to end; the
-SDK would otherwise hold a GET open forever), a concurrency limit that answers 503 at once
-instead of queueing without bound, cancellation of a request whose client went away (so its
-query stops), and /health for load balancers (200, or 503 when the database is unreachable).
+SDK would otherwise hold a GET open forever), a concurrency limit (a request above it waits a
+bounded time for a slot, then gets 503), cancellation of a request whose client went away (so
+its query stops), and /health for load balancers (200, or 503 when the database is
+unreachable). Where the SDK answers badly we answer first: malformed JSON-RPC envelopes
+(envelope.py), an unsupported protocol version (which versions are), a foreign Host or Origin
+(which setting to change), and `/mcp/` (served, not redirected to a host the client did not
+ask for).
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-import os
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pg_mcp_server import envelope
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
@@ -32,40 +39,60 @@ logger = logging.getLogger(__name__)
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/health"
 HEALTH_TIMEOUT_S = 5.0
+VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
+HEADER_ECHO = 100  # characters of a client's header value repeated in an answer
 
 
 async def _respond(
     send: Send, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> None:
     payload = json.dumps(body).encode()
+    await _respond_raw(send, status, payload, headers)
+
+
+async def _respond_raw(
+    send: Send, status: int, payload: bytes, headers: dict[str, str] | None = None
+) -> None:
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": payload})
 
 
-def _rpc_error(code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+def _rpc_error(code: int, message: str, data: Any = None, request_id: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    value = next((v for k, v in scope["headers"] if k == name), None)
+    return None if value is None else value.decode("latin-1")[:HEADER_ECHO]
 
 
 class Gateway:
-    """ASGI app: /health, then auth, method and concurrency checks for /mcp, then the SDK."""
+    """ASGI app: /health, then auth, method, version, concurrency and envelope checks for /mcp,
+    then the SDK."""
 
     def __init__(self, app: ASGIApp, db: Database, settings: Settings) -> None:
         self.app = app
         self.db = db
-        self.tokens = [t.get_secret_value().encode() for t in settings.server.auth_tokens]
-        self.max_bytes = settings.server.max_request_bytes
-        limit = settings.server.max_concurrent_requests or 4 * settings.database.pool_size
-        self.limit = limit
-        self.in_flight = 0
+        srv = settings.server
+        self.tokens = [t.get_secret_value().encode() for t in srv.auth_tokens]
+        self.max_bytes = srv.max_request_bytes
+        self.limit = srv.max_concurrent_requests or 4 * settings.database.pool_size
+        self.wait_s = settings.database.pool_timeout  # a request above the limit waits this long
+        self.allowed_hosts = ", ".join(srv.allowed_hosts)
+        self.allowed_origins = ", ".join(srv.allowed_origins)
+        # One per request whose response is not sent yet; made in the event loop, on first use.
+        self._slots: anyio.Semaphore | None = None
+        # The SIGHUP hook of the server behind (reloads custom definitions; signals.py).
+        self.on_hangup: Callable[[], bool] = lambda: False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            try:
-                await self.app(scope, receive, send)
-            finally:
-                await self.db.dispose()
+            await self.app(scope, receive, self._disposing(send))
             return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -77,9 +104,12 @@ class Gateway:
         if path.rstrip("/") != MCP_PATH:
             await self.app(scope, receive, send)
             return
-        # RFC 9110 5.5: a field value excludes leading and trailing whitespace; the SDK compares
-        # Mcp-Method / Mcp-Name with the body as sent, and httptools keeps what surrounds them.
-        scope = {**scope, "headers": [(k, v.strip(b" \t")) for k, v in scope["headers"]]}
+        # `/mcp/` is served as `/mcp` (the SDK would redirect it to an absolute URL naming its
+        # own idea of the host). RFC 9110 5.5: a field value excludes leading and trailing
+        # whitespace; the SDK compares Mcp-Method / Mcp-Name with the body as sent, and
+        # httptools keeps what surrounds them.
+        headers = [(k, v.strip(b" \t")) for k, v in scope["headers"]]
+        scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), "headers": headers}
         if self.tokens and not self._authorized(scope):
             await _respond(
                 send,
@@ -96,7 +126,15 @@ class Gateway:
                 {"Allow": "POST"},
             )
             return
-        if self.in_flight >= self.limit:
+        if self._slots is None:
+            self._slots = anyio.Semaphore(self.limit)
+        try:
+            with anyio.fail_after(self.wait_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            logger.warning(
+                "HTTP: no free slot (%d requests in progress) in %s s: 503", self.limit, self.wait_s
+            )
             await _respond(
                 send,
                 503,
@@ -104,16 +142,77 @@ class Gateway:
                 {"Retry-After": "1"},
             )
             return
-        self.in_flight += 1
+        slots, released = self._slots, False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                slots.release()
+
+        async def sent(message: Message) -> None:
+            await send(message)
+            # A request is done once its whole response is sent: the SDK still tears down
+            # after that, while the client (keep-alive) already sends its next request.
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                release()
+
         try:
-            await self._serve(scope, receive, send)
+            await self._serve(scope, receive, self._explained(scope, sent))
         finally:
-            self.in_flight -= 1
+            release()
+
+    def _disposing(self, send: Send) -> Send:
+        """The pool closes before the server is told the app has shut down: after that the
+        event loop stops, and a close still running would be cancelled halfway."""
+
+        async def disposing(message: Message) -> None:
+            if message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+                await self.db.dispose()
+            await send(message)
+
+        return disposing
+
+    def _unsupported(self, version: str, request_id: Any) -> dict[str, Any]:
+        message = (
+            f"Unsupported MCP-Protocol-Version {version!r}: this server speaks "
+            f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)} (after initialize) and "
+            f"{', '.join(MODERN_PROTOCOL_VERSIONS)}"
+        )
+        logger.info("HTTP: %s", message)
+        data = {"supported": list(MODERN_PROTOCOL_VERSIONS), "requested": version}
+        return _rpc_error(UNSUPPORTED_PROTOCOL_VERSION, message, data, request_id)
+
+    def _explained(self, scope: Scope, send: Send) -> Send:
+        """`send`, with the SDK's bare 421 (Host) and 403 (Origin) refusals replaced by answers
+        that say which setting to change."""
+        replaced = False
+
+        async def explained(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the SDK's own body of a refusal we answered
+            if message["type"] == "http.response.start" and message["status"] in (421, 403):
+                replaced = True
+                if message["status"] == 421:
+                    what = f"Host {_header(scope, b'host')!r} is not allowed"
+                    fix = f"add it to MCP_ALLOWED_HOSTS (now: {self.allowed_hosts})"
+                else:
+                    what = f"Origin {_header(scope, b'origin')!r} is not allowed"
+                    fix = f"add it to MCP_ALLOWED_ORIGINS (now: {self.allowed_origins})"
+                logger.warning("HTTP: %s: %s", what, fix)
+                body = _rpc_error(-32600, f"{what}: {fix}")
+                await _respond(send, message["status"], body)
+                return
+            await send(message)
+
+        return explained
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the SDK app; if the client goes away meanwhile, cancel the request's queries (a
-        dropped request must not leave them running). The body is read first, so that the
-        connection can then be watched for `http.disconnect`, and replayed to the app."""
+        dropped request must not leave them running). The body is read first, checked as a
+        JSON-RPC message, so that the connection can then be watched for `http.disconnect`,
+        and replayed to the app."""
         body: list[Message] = []
         size = 0
         while True:
@@ -127,6 +226,16 @@ class Gateway:
                 return
             if not message.get("more_body", False):
                 break
+        if scope["method"] == "POST":
+            rpc, rejection = envelope.parse(b"".join(m.get("body", b"") for m in body))
+            if rejection is not None:
+                envelope.log(rejection, "HTTP")
+                await _respond_raw(send, 400, rejection.response())
+                return
+            version = _header(scope, b"mcp-protocol-version")
+            if version is not None and version not in VERSIONS:
+                await _respond(send, 400, self._unsupported(version, rpc.get("id")))
+                return
         gone = anyio.Event()
 
         async def replay() -> Message:
@@ -195,24 +304,6 @@ def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gate
     """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
     db = Database(settings.database)
     server = build_server(settings, role_warnings, db=db)
-    return Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)
-
-
-# How `pg-mcp-server --workers N` hands its resolved settings to uvicorn's worker processes.
-WORKER_SETTINGS = "PGMCP_WORKER_SETTINGS"
-WORKER_WARNINGS = "PGMCP_WORKER_WARNINGS"
-
-
-def worker_app() -> Gateway:
-    """The app of one HTTP worker process (uvicorn imports it by name, as a factory). The
-    settings are taken out of the environment, so nothing this process starts inherits them."""
-    from pydantic import ValidationError
-
-    from pg_mcp_server.__main__ import _explain, configure_logging
-
-    try:
-        settings = Settings.from_json(os.environ.pop(WORKER_SETTINGS))
-    except ValidationError as exc:  # the message must not carry the values (secrets)
-        raise RuntimeError(f"invalid worker settings:\n{_explain(exc)}") from None
-    configure_logging(settings.server.log_level, settings.server.log_format)
-    return http_app(settings, json.loads(os.environ.pop(WORKER_WARNINGS, "[]")))
+    gateway = Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)
+    gateway.on_hangup = server.on_hangup
+    return gateway

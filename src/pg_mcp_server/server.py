@@ -6,7 +6,6 @@ import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import anyio
@@ -39,12 +38,14 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import AnyUrl
 
 from pg_mcp_server.app import AppContext, app_context
-from pg_mcp_server.config import Settings
+from pg_mcp_server.config import Settings, package_version
 from pg_mcp_server.custom.build import Loaded
 from pg_mcp_server.custom.reload import CustomDefinitions, check_file
 from pg_mcp_server.custom.specs import Reserved
+from pg_mcp_server.database.audit import RoleAudit
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.middleware import bounded_errors, instructions_with_audit, unknown_tool
 from pg_mcp_server.primitives.prompts import builtin_prompts
 from pg_mcp_server.primitives.registry import Primitives, Request
 from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
@@ -58,24 +59,21 @@ logger = logging.getLogger(__name__)
 NOTIFY_S = 5.0  # for telling one client that lists changed
 
 INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
-1. Discover: list_schemas -> list_tables(schema_name) -> describe_table(table_name) for exact
-   column names, types, keys and enum values; get_sample_rows to see real values and formats.
+1. Discover: list_schemas -> list_tables(schema_name, include_columns=true for a schema map of
+   every column, type, key and reference in one call) -> describe_table for the full detail;
+   search_tables("customer email") finds where something lives in a large database;
+   get_sample_rows shows real values. empty=true means a table has no rows for certain.
 2. Relate: get_foreign_keys(table) shows a table's keys both ways; find_join_path(a, b) gives
-   the shortest foreign-key route between two tables with a JOIN clause that runs as-is.
+   the shortest foreign-key route with a JOIN clause that runs as-is, and warns when a join
+   multiplies rows (sums over the first table would count rows more than once).
 3. Query: execute_query runs one read-only SELECT with $1, $2 parameters (pass values in
    `params`, never inline them); explain_query shows the plan and warns about slow spots.
    Anything that writes, locks or changes settings is refused.
+Answers are compact JSON: keys at their default (null, false, 0, empty) are left out.
 Names are case-sensitive as stored. Errors come back as JSON with a code and a suggestion
-(for example TABLE_NOT_FOUND with the closest names): follow the suggestion.
+that carries the fix (the closest table, column or function names): follow it.
 Clients may also attach resources (pg://system_info, pg://settings, pg://stat/activity,
 pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps."""
-
-
-def _version() -> str:
-    try:
-        return version("pg-mcp-server")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "0.0.0"
 
 
 def all_tools(settings: Settings) -> list[PgTool]:
@@ -306,7 +304,9 @@ def build_server(
     settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
 ) -> PgMcpServer:
     """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
-    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own."""
+    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own.
+    Without `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
+    background and the instructions carry what it finds (middleware.py)."""
 
     @asynccontextmanager
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
@@ -314,15 +314,21 @@ def build_server(
         guard = SqlGuard(
             strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
         )
+        audit = RoleAudit() if role_warnings is None else None
         try:
             if server.custom is not None:
                 await server.custom.start(database)
-            yield AppContext(
-                settings=settings,
-                db=database,
-                guard=guard,
-                sensitive=settings.server.sensitive_regex(),
-            )
+            async with anyio.create_task_group() as background:
+                if audit is not None:
+                    background.start_soon(audit.run_alone, settings.database)
+                yield AppContext(
+                    settings=settings,
+                    db=database,
+                    guard=guard,
+                    sensitive=settings.server.sensitive_regex(),
+                    audit=audit,
+                )
+                background.cancel_scope.cancel()
         finally:
             if server.custom is not None:
                 await server.custom.stop()
@@ -334,10 +340,13 @@ def build_server(
         settings,
         name="pg-mcp-server",
         title="PostgreSQL MCP server",
-        version=_version(),
+        version=package_version(),
         instructions=instructions(role_warnings or []),
         tools=list(all_tools(settings)),
         lifespan=lifespan,
         log_level=settings.server.log_level,
+    )
+    server.middleware.extend(
+        [bounded_errors, instructions_with_audit(instructions), unknown_tool(server)]
     )
     return server

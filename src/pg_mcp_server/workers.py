@@ -1,15 +1,18 @@
-"""`--workers N`: N uvicorn worker processes, each listening on a socket of its own.
+"""Serving Streamable HTTP: in this process, or in `--workers N` worker processes.
 
 uvicorn's own multi-process mode gives every worker the same listening socket, and whichever
 worker wakes first accepts every connection that is waiting: a client that opens its
 keep-alive connections in a burst can land all of them on one worker (measured: 32 of 32,
 bench/HTTP.md). Here each worker binds the port with SO_REUSEPORT, so the kernel spreads new
-connections over the workers. Where SO_REUSEPORT does not exist (Windows), the CLI uses
-uvicorn's mode instead.
+connections over the workers. Where SO_REUSEPORT does not exist (Windows), this process binds
+one socket and every worker accepts on it.
 
-The workers build their app from the settings the parent resolved (`gateway.worker_app`).
-A worker that dies after it has served for a while is replaced; one that dies during its
-first seconds stops the server (it would only die again: a port in use, say).
+A worker gets the settings this process resolved (flags, environment, `.env`, a --demo DSN) as
+an argument of its process, pickled over the pipe multiprocessing opens to it; never through
+the environment, from which the secrets were removed before any worker started. A worker that
+dies after it has served for a while is replaced; one that dies during its first seconds stops
+the server (it would only die again: a port in use, say). A stop signal here (signals.py)
+unwinds the supervising loop, which then stops every worker.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ import multiprocessing
 import signal
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.logs import configure_logging
+
+if TYPE_CHECKING:
+    from pg_mcp_server.signals import Signals
 
 logger = logging.getLogger(__name__)
 
-APP = "pg_mcp_server.gateway:worker_app"
 STARTUP_S = 10.0  # a worker that exits sooner than this after its start is a failed start-up
 STOP_S = 20.0  # how long stopping workers may take before they are killed
 
@@ -32,16 +40,17 @@ class WorkerStartFailed(Exception):
     pass
 
 
-def available() -> bool:
+def reuse_port() -> bool:
     return hasattr(socket, "SO_REUSEPORT")
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         sock.listen(2048)
     except BaseException:
@@ -50,48 +59,87 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(host: str, port: int, uvicorn_options: dict[str, Any]) -> None:
-    """One worker process: its own listening socket, then uvicorn serving the worker app."""
+def _uvicorn(
+    settings: Settings,
+    role_warnings: list[str] | None,
+    sock: socket.socket | None,
+    signals: Signals | None = None,
+) -> None:
+    """Serve the HTTP app with uvicorn until it is told to stop (SIGINT/SIGTERM, which uvicorn
+    handles itself; SIGHUP through `signals`)."""
     import uvicorn
 
-    sock = _listen(host, port)
-    config = uvicorn.Config(APP, factory=True, host=host, port=port, **uvicorn_options)
-    uvicorn.Server(config).run(sockets=[sock])
+    from pg_mcp_server.gateway import http_app
+
+    srv = settings.server
+    app = http_app(settings, role_warnings)
+    config = uvicorn.Config(
+        app,
+        host=srv.host,
+        port=srv.port,
+        log_config=None,  # ours (logs.py)
+        log_level=srv.log_level.lower(),
+        access_log=False,  # one line per request is a log the size of the traffic
+    )
+    server = uvicorn.Server(config)
+    sockets = [sock] if sock is not None else None
+    if signals is None:
+        server.run(sockets=sockets)
+        return
+    signals.on_hangup = app.on_hangup  # (one worker: SIGHUP reaches this process)
+    with signals.forwarding(lambda signum: server.handle_exit(signum, None)):
+        server.run(sockets=sockets)
 
 
-def _free_port(host: str) -> int:
-    """A port for `--port 0`: every worker must bind the same one."""
-    with _listen(host, 0) as sock:
-        port: int = sock.getsockname()[1]
-        return port
+def _worker(
+    settings: Settings, role_warnings: list[str] | None, sock: socket.socket | None
+) -> None:
+    """One worker process: its own listening socket (or the shared one), then uvicorn."""
+    # A closed terminal signals the whole process group; the parent stops the workers.
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    configure_logging(settings.server.log_level, settings.server.log_format)
+    srv = settings.server
+    _uvicorn(settings, role_warnings, sock or _listen(srv.host, srv.port, reuse_port=True))
 
 
-def serve(workers: int, host: str, port: int, uvicorn_options: dict[str, Any]) -> None:
-    """Run `workers` worker processes until SIGINT, SIGTERM or SIGHUP, then stop them all."""
-    if port == 0:
-        port = _free_port(host)
+def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Signals) -> None:
+    srv = settings.server
+    logger.info(
+        "serving Streamable HTTP on http://%s:%s/mcp (auth %s, %d worker%s)",
+        srv.host,
+        srv.port,
+        "on" if srv.auth_tokens else "off",
+        srv.workers,
+        "" if srv.workers == 1 else "s",
+    )
+    if srv.workers == 1:
+        _uvicorn(settings, role_warnings, None, signals)
+        return
+    shared = None if reuse_port() else _listen(srv.host, srv.port, reuse_port=False)
+    try:
+        _supervise(srv.workers, settings, role_warnings, shared)
+    finally:
+        if shared is not None:
+            shared.close()
+
+
+def _supervise(
+    count: int, settings: Settings, role_warnings: list[str] | None, sock: socket.socket | None
+) -> None:
     spawn = multiprocessing.get_context("spawn")
-    stopping = False
 
-    def stop(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        stopping = True
-
-    # SIGHUP too: left at its default it would end this process and orphan the workers.
-    signals = [signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)]
-    previous = {sig: signal.signal(sig, stop) for sig in signals if sig is not None}
-
-    def start() -> tuple[multiprocessing.process.BaseProcess, float]:
-        process = spawn.Process(target=_worker, args=(host, port, uvicorn_options))
+    def start() -> tuple[Any, float]:
+        process = spawn.Process(target=_worker, args=(settings, role_warnings, sock))
         process.start()
         return process, time.monotonic()
 
-    running = [start() for _ in range(workers)]
+    running = [start() for _ in range(count)]
     try:
-        while not stopping:
+        while True:  # until a stop signal raises out of the sleep (signals.py)
             time.sleep(0.2)
             for i, (process, started) in enumerate(running):
-                if process.is_alive() or stopping:
+                if process.is_alive():
                     continue
                 if time.monotonic() - started < STARTUP_S:
                     raise WorkerStartFailed(
@@ -111,5 +159,3 @@ def serve(workers: int, host: str, port: int, uvicorn_options: dict[str, Any]) -
             if process.is_alive():
                 process.kill()
                 process.join()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -7,7 +7,15 @@ in the instructions the model reads, and (with MCP_REQUIRE_READ_ONLY_ROLE) as a 
 
 from __future__ import annotations
 
+import logging
+
+import anyio
+
+from pg_mcp_server.config import DatabaseSettings
 from pg_mcp_server.database.engine import Database
+from pg_mcp_server.errors import PgMcpError
+
+logger = logging.getLogger("pg_mcp_server")
 
 FILE_ROLES = ["pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"]
 
@@ -41,3 +49,50 @@ async def audit_role(db: Database) -> list[str]:
     if row["writable_tables"]:
         found.append(f"role {role!r} can write to {row['writable_tables']} table(s)")
     return found
+
+
+class RoleAudit:
+    """One server's audit, run in the background while the server starts to serve: its
+    findings go to stderr as soon as they are known, and into the instructions of the
+    `initialize` answers (see middleware.py), which wait for them at most `WAIT_S` seconds."""
+
+    WAIT_S = 2.0
+
+    def __init__(self) -> None:
+        self.found: list[str] | None = None  # None until known (or when the database is down)
+        self._done = anyio.Event()
+
+    async def run(self, db: Database) -> list[str] | None:
+        try:
+            self.found = await audit_role(db)
+        except PgMcpError as exc:
+            logger.warning(
+                "cannot reach PostgreSQL at start-up (%s): %s; the server is running and "
+                "connects again at every tool call",
+                db.settings.target().describe(),
+                exc.message,
+            )
+        except Exception:  # a bug: it must not take the server down with it
+            logger.error("the privilege audit failed", exc_info=True)
+        else:
+            for line in self.found:
+                logger.warning("privilege audit: %s; use a read-only role (see README)", line)
+        finally:
+            self._done.set()
+        return self.found
+
+    async def run_alone(self, settings: DatabaseSettings) -> list[str] | None:
+        """`run` on a pool of its own, closed at once: the server's own pool starts empty, as
+        it would without the audit (sharing it left a second idle connection behind)."""
+        db = Database(settings)
+        try:
+            return await self.run(db)
+        finally:
+            # A server that stops at once (a short session) must not cut the close short.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self.WAIT_S):
+                await db.dispose()
+
+    async def wait(self, timeout: float = WAIT_S) -> list[str]:
+        with anyio.move_on_after(timeout):
+            await self._done.wait()
+        return self.found or []

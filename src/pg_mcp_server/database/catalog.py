@@ -71,6 +71,104 @@ _PARTITIONS = """CASE WHEN {c}.relkind = 'p' THEN ARRAY(
     WHERE i.inhparent = {c}.oid ORDER BY ch.relname) END"""
 
 
+# Known empty: no page on disk (pg_relation_size, the main fork), so no row in any snapshot.
+# relpages = 0 alone is no proof (a table never vacuumed has rows and relpages = 0), but
+# relpages > 0 proves pages (only VACUUM and TRUNCATE take them away, and both update it): the
+# file is looked at only where the estimate is 0 and relpages too, since that opens the
+# relation (~15 us). A partitioned table is empty when every leaf is a plain table with no page.
+_EMPTY = """CASE
+    WHEN {c}.relkind IN ('r', 'm') THEN {c}.relispopulated AND {c}.relpages = 0
+        AND pg_catalog.pg_relation_size({c}.oid) = 0
+    WHEN {c}.relkind = 'p' THEN NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_partition_tree({c}.oid) t
+        JOIN pg_catalog.pg_class l ON l.oid = t.relid
+        WHERE t.isleaf AND (l.relkind <> 'r' OR l.relpages > 0
+                            OR pg_catalog.pg_relation_size(l.oid) > 0))
+    ELSE false END"""
+
+# When the planner's estimate was made: the last ANALYZE or VACUUM (either may set reltuples).
+_STATS_AT = """GREATEST(pg_catalog.pg_stat_get_last_analyze_time({c}.oid),
+    pg_catalog.pg_stat_get_last_autoanalyze_time({c}.oid),
+    pg_catalog.pg_stat_get_last_vacuum_time({c}.oid),
+    pg_catalog.pg_stat_get_last_autovacuum_time({c}.oid))"""
+
+# ... in UTC to the minute; NULL while the estimate is not the planner's (never analyzed: the
+# live-tuple count, read now). A partitioned table's is its oldest leaf's.
+_STATS_AS_OF = f"""pg_catalog.to_char(CASE
+    WHEN {{c}}.relkind IN ('r', 'm') AND {{c}}.reltuples >= 0 THEN {_STATS_AT.format(c="{c}")}
+    WHEN {{c}}.relkind = 'p' THEN (
+        SELECT min({_STATS_AT.format(c="l")})
+        FROM pg_catalog.pg_partition_tree({{c}}.oid) t
+        JOIN pg_catalog.pg_class l ON l.oid = t.relid
+        WHERE t.isleaf AND l.reltuples >= 0)
+    END AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI"Z"')"""
+
+# The row facts of relation {c}: `estimated_row_count`, `empty` and `stats_as_of`, as a lateral
+# subquery (OFFSET 0 keeps PostgreSQL from inlining it, which would evaluate each twice).
+ROW_FACTS = f"""LATERAL (
+    SELECT e.*, CASE WHEN NOT e.empty THEN {_STATS_AS_OF.format(c="{c}")} END AS stats_as_of
+    FROM (SELECT r.estimated_row_count,
+                 r.estimated_row_count = 0 AND {_EMPTY.format(c="{c}")} AS empty
+          FROM (SELECT {_ROWS.format(c="{c}")} AS estimated_row_count OFFSET 0) r
+          OFFSET 0) e) facts"""
+
+# A key's columns, in key order: `key` is conkey or confkey, `rel` conrelid or confrelid.
+KEY_COLUMNS = """ARRAY(SELECT a.attname FROM pg_catalog.unnest(k.{key}) WITH ORDINALITY AS u(n, o)
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = k.{rel} AND a.attnum = u.n ORDER BY u.o)"""
+
+# The foreign keys of relation {c}, one row each. A partitioned table also has the keys
+# declared on its partitions (not those cloned from its own: conparentid), as get_foreign_keys
+# reports them; targets are folded onto their partitioned root the same way.
+_FOREIGN_KEYS = f"""
+    SELECT DISTINCT ON (dst.oid, from_columns, to_columns)
+           k.conname, dst.relnamespace AS ref_namespace, dn.nspname AS ref_schema,
+           dst.relname AS ref_table,
+           {KEY_COLUMNS.format(key="conkey", rel="conrelid")} AS from_columns,
+           {KEY_COLUMNS.format(key="confkey", rel="confrelid")} AS to_columns,
+           {FK_ACTION.format(a="k.confupdtype")} AS on_update,
+           {FK_ACTION.format(a="k.confdeltype")} AS on_delete
+    FROM pg_catalog.pg_constraint k
+    JOIN pg_catalog.pg_class dst
+      ON dst.oid = coalesce(pg_catalog.pg_partition_root(k.confrelid), k.confrelid)
+    JOIN pg_catalog.pg_namespace dn ON dn.oid = dst.relnamespace
+    -- conrelid = ANY (array): pg_constraint's index on conrelid finds them.
+    WHERE k.contype = 'f' AND k.conrelid = ANY (CASE WHEN {{c}}.relkind = 'p'
+            THEN ARRAY(SELECT t.relid FROM pg_catalog.pg_partition_tree({{c}}.oid) t)
+            ELSE ARRAY[{{c}}.oid] END)
+      AND (k.conrelid = {{c}}.oid OR k.conparentid = 0)
+    ORDER BY dst.oid, from_columns, to_columns, k.conname"""
+
+
+def column_lines(c: str, where: str = "", comment: bool = False) -> str:
+    """SQL for an array of relation `c`'s columns (those `where` also admits), in order, as
+    the schema map shows them: "name type[ PK][ -> [schema.]table.column][ -- comment]"."""
+    fks = _FOREIGN_KEYS.format(c=c)
+    note = (
+        """ || coalesce(' -- ' || pg_catalog.left(pg_catalog.col_description(a.attrelid,
+                a.attnum), 100), '')"""
+        if comment
+        else ""
+    )
+    return f"""ARRAY(
+    WITH fks AS ({fks})
+    SELECT pg_catalog.quote_ident(a.attname) || ' '
+           || pg_catalog.format_type(a.atttypid, a.atttypmod)
+           || CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_constraint p
+                   WHERE p.conrelid = {c}.oid AND p.contype = 'p'
+                     AND a.attnum = ANY (p.conkey)) THEN ' PK' ELSE '' END
+           || coalesce((SELECT pg_catalog.string_agg(' -> '
+                   || CASE WHEN f.ref_namespace <> {c}.relnamespace
+                           THEN pg_catalog.quote_ident(f.ref_schema) || '.' ELSE '' END
+                   || pg_catalog.quote_ident(f.ref_table) || '.'
+                   || pg_catalog.quote_ident(
+                          f.to_columns[pg_catalog.array_position(f.from_columns, a.attname)]),
+                   '' ORDER BY f.conname)
+               FROM fks f WHERE a.attname = ANY (f.from_columns)), ''){note}
+    FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = {c}.oid AND a.attnum > 0 AND NOT a.attisdropped {where}
+    ORDER BY a.attnum)"""
+
+
 LIST_SCHEMAS = """
 SELECT n.nspname AS name,
        pg_catalog.pg_get_userbyid(n.nspowner) AS owner,
@@ -92,11 +190,11 @@ ORDER BY n.nspname
 _LISTED = """c.relnamespace = n.oid AND c.relkind::text = ANY($2::text[])
     AND NOT c.relispartition AND ($3::text IS NULL OR c.relname ILIKE $3)"""
 
-# One page of objects, the details computed for that page only. When the schema exists but
-# nothing is on the page there is one row of NULLs (the LEFT JOINs), with the total; when the
-# schema does not exist there is no row at all.
+# One page of objects, the details computed for that page only (the schema map's column
+# lines only when $6). When the schema exists but nothing is on the page there is one row of
+# NULLs (the LEFT JOINs), with the total; when the schema does not exist there is no row at all.
 LIST_TABLES = f"""
-SELECT t.*, pg_catalog.pg_size_pretty(t.size_bytes) AS size_pretty, counted.total
+SELECT t.*, counted.total
 FROM pg_catalog.pg_namespace n
 -- Counted once for the schema (in the select list it would run once per row).
 CROSS JOIN LATERAL (
@@ -110,14 +208,16 @@ LEFT JOIN LATERAL (
     SELECT c.relname AS name,
            {_TYPE_LABEL.format(c="c")} AS type,
            d.description,
-           {_ROWS.format(c="c")} AS estimated_row_count,
+           facts.*,
            {_SIZE.format(c="c")} AS size_bytes,
            EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
                    WHERE k.conrelid = c.oid AND k.contype = 'p') AS has_primary_key,
            (SELECT count(*) FROM pg_catalog.pg_attribute a
             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)::int AS column_count,
-           {_PARTITIONS.format(c="c")} AS partitions
+           {_PARTITIONS.format(c="c")} AS partitions,
+           CASE WHEN $6 THEN {column_lines("c")} END AS columns
     FROM pg_catalog.pg_class c
+    CROSS JOIN {ROW_FACTS.format(c="c")}
     LEFT JOIN pg_catalog.pg_description d
       ON d.objoid = c.oid AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = 0
     WHERE c.oid = page.oid
@@ -154,12 +254,13 @@ _DESCRIBE_TOKEN = f"""{SNAPSHOT} || '/'
 
 # Everything describe_table returns, as one JSON document (NULL while `$5` is still the
 # current token, see SnapshotCache), and apart from it what changes outside transactions; no
-# row when there is no such relation.
+# row when there is no such relation. Nulls and defaults are left to the model (models.compact)
+# to drop; an index's definition is given only when it says more than its other fields.
 DESCRIBE_TABLE = f"""
 WITH tok AS MATERIALIZED (SELECT {_DESCRIBE_TOKEN} AS token),
 rel AS (
     SELECT c.oid, c.relname, n.nspname, c.relkind, c.reltuples, c.relnamespace, c.relispartition,
-           c.relpages, c.reltoastrelid
+           c.relpages, c.reltoastrelid, c.relispopulated
     FROM pg_catalog.pg_class c
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
@@ -168,30 +269,18 @@ pk AS (
     SELECT k.conkey FROM pg_catalog.pg_constraint k, rel
     WHERE k.conrelid = rel.oid AND k.contype = 'p'
 ),
-fk AS (
-    SELECT k.conname, u.attnum, u.ord, rn.nspname AS ref_schema, rc.relname AS ref_table,
-           ra.attname AS ref_column,
-           {FK_ACTION.format(a="k.confupdtype")} AS on_update,
-           {FK_ACTION.format(a="k.confdeltype")} AS on_delete
-    FROM rel
-    JOIN pg_catalog.pg_constraint k ON k.conrelid = rel.oid AND k.contype = 'f'
-    CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(k.conkey), pg_catalog.unnest(k.confkey))
-        WITH ORDINALITY AS u(attnum, refnum, ord)
-    JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
-    JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
-    JOIN pg_catalog.pg_attribute ra ON ra.attrelid = k.confrelid AND ra.attnum = u.refnum
-),
+fks AS (SELECT f.* FROM rel CROSS JOIN LATERAL ({_FOREIGN_KEYS.format(c="rel")}) f),
 uniq AS (
     SELECT i.indkey[0] AS attnum FROM pg_catalog.pg_index i, rel
     WHERE i.indrelid = rel.oid AND i.indisunique AND i.indnkeyatts = 1 AND i.indpred IS NULL
 ),
 col AS (
-    SELECT a.attnum, a.attname, a.attnotnull, a.attidentity, a.attgenerated,
+    -- NOT NULL also when its domain says so (as information_schema.columns has it).
+    SELECT a.attnum, a.attname, a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS attnotnull,
+           a.attidentity, a.attgenerated,
            pg_catalog.format_type(a.atttypid, a.atttypmod) AS data_type,
            pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS expr,
            cd.description,
-           CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END AS truetyp,
-           CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END AS truemod,
            CASE WHEN t.typtype = 'd'
                 THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) END AS domain_base,
            CASE WHEN t.typtype = 'e' THEN t.oid
@@ -222,68 +311,78 @@ ELSE pg_catalog.json_build_object(
         'is_primary_key', EXISTS (SELECT 1 FROM pk WHERE col.attnum = ANY(pk.conkey)),
         'is_unique', EXISTS (SELECT 1 FROM uniq WHERE uniq.attnum = col.attnum),
         'foreign_key', (SELECT pg_catalog.json_build_object(
-                'constraint_name', fk.conname, 'referenced_schema', fk.ref_schema,
-                'referenced_table', fk.ref_table, 'referenced_column', fk.ref_column,
-                'on_update', fk.on_update, 'on_delete', fk.on_delete)
-            FROM fk WHERE fk.attnum = col.attnum ORDER BY fk.conname LIMIT 1),
-        'character_maximum_length', CASE
-            WHEN col.truetyp IN ('bpchar'::regtype, 'varchar'::regtype) AND col.truemod > 4
-            THEN col.truemod - 4 END,
-        'numeric_precision', CASE WHEN col.truetyp = 'numeric'::regtype AND col.truemod >= 4
-            THEN ((col.truemod - 4) >> 16) & 65535 END,
-        'numeric_scale', CASE WHEN col.truetyp = 'numeric'::regtype AND col.truemod >= 4
-            THEN (((col.truemod - 4) & 2047) # 1024) - 1024 END,
+                'constraint_name', f.conname, 'referenced_schema', f.ref_schema,
+                'referenced_table', f.ref_table,
+                'referenced_column',
+                f.to_columns[pg_catalog.array_position(f.from_columns, col.attname)],
+                'on_update', f.on_update, 'on_delete', f.on_delete)
+            FROM fks f WHERE col.attname = ANY (f.from_columns) ORDER BY f.conname LIMIT 1),
         'enum_values', CASE WHEN col.enum_oid IS NOT NULL THEN (
             SELECT pg_catalog.json_agg(e.enumlabel ORDER BY e.enumsortorder)
             FROM pg_catalog.pg_enum e WHERE e.enumtypid = col.enum_oid) END,
         'domain_base_type', col.domain_base,
-        'is_identity', col.attidentity <> '',
         'identity_generation', CASE col.attidentity WHEN 'a' THEN 'ALWAYS'
             WHEN 'd' THEN 'BY DEFAULT' END,
         'generation_expression', CASE WHEN col.attgenerated <> '' THEN col.expr END
         ) ORDER BY col.attnum), '[]') FROM col),
     'indexes', CASE WHEN $3 THEN (SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
-        'name', ic.relname,
-        'columns', (SELECT pg_catalog.json_agg(CASE WHEN i.indkey[k - 1] > 0
-                    THEN (SELECT a.attname FROM pg_catalog.pg_attribute a
-                          WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[k - 1])
-                    ELSE pg_catalog.pg_get_indexdef(i.indexrelid, k, true) END ORDER BY k)
-                    FROM pg_catalog.generate_series(1, i.indnkeyatts) AS k),
-        'is_unique', i.indisunique,
-        'is_primary', i.indisprimary,
-        'index_type', am.amname,
-        'description', pg_catalog.obj_description(i.indexrelid, 'pg_class'),
-        'definition', pg_catalog.pg_get_indexdef(i.indexrelid)
-        ) ORDER BY i.indisprimary DESC, ic.relname), '[]')
-        FROM pg_catalog.pg_index i
-        JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-        JOIN pg_catalog.pg_am am ON am.oid = ic.relam
-        WHERE i.indrelid = rel.oid) END,
+        'name', x.relname,
+        'columns', x.columns,
+        'is_unique', x.indisunique,
+        'is_primary', x.indisprimary,
+        'index_type', x.amname,
+        'description', pg_catalog.obj_description(x.indexrelid, 'pg_class'),
+        'definition', CASE WHEN x.definition <> pg_catalog.format(
+                'CREATE %sINDEX %s ON %s.%s USING %s (%s)',
+                CASE WHEN x.indisunique THEN 'UNIQUE ' ELSE '' END,
+                pg_catalog.quote_ident(x.relname), pg_catalog.quote_ident(rel.nspname),
+                pg_catalog.quote_ident(rel.relname), x.amname, x.plain)
+            THEN x.definition END
+        ) ORDER BY x.indisprimary DESC, x.relname), '[]')
+        FROM (
+            SELECT ic.relname, i.indexrelid, i.indisunique, i.indisprimary, am.amname,
+                   pg_catalog.pg_get_indexdef(i.indexrelid) AS definition,
+                   (SELECT pg_catalog.json_agg(CASE WHEN i.indkey[k - 1] > 0
+                        THEN (SELECT a.attname FROM pg_catalog.pg_attribute a
+                              WHERE a.attrelid = i.indrelid AND a.attnum = i.indkey[k - 1])
+                        ELSE pg_catalog.pg_get_indexdef(i.indexrelid, k, true) END ORDER BY k)
+                    FROM pg_catalog.generate_series(1, i.indnkeyatts) AS k) AS columns,
+                   -- The key columns as a plain definition would print them.
+                   (SELECT pg_catalog.string_agg(
+                        pg_catalog.pg_get_indexdef(i.indexrelid, k, false), ', ' ORDER BY k)
+                    FROM pg_catalog.generate_series(1, i.indnkeyatts) AS k) AS plain
+            FROM pg_catalog.pg_index i
+            JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+            JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+            WHERE i.indrelid = rel.oid) x) END,
     'constraints', CASE WHEN $4 THEN (SELECT coalesce(pg_catalog.json_agg(
         pg_catalog.json_build_object(
-        'name', k.conname,
-        'type', CASE k.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'f' THEN 'FOREIGN KEY'
-            WHEN 'u' THEN 'UNIQUE' WHEN 'c' THEN 'CHECK' WHEN 'x' THEN 'EXCLUDE' END,
-        'columns', coalesce((SELECT pg_catalog.json_agg(a.attname ORDER BY u.ord)
-            FROM pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
-            JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum),
-            '[]'),
-        -- Only CHECK and EXCLUDE need their text (PRD: "for CHECK"); the others are fully
-        -- described by columns and references, and deparsing costs.
-        'definition', CASE WHEN k.contype IN ('c', 'x')
-            THEN pg_catalog.pg_get_constraintdef(k.oid, true) END,
-        'referenced_table', rc.relname,
-        'referenced_schema', rn.nspname,
-        'referenced_columns', CASE WHEN k.contype = 'f' THEN (
-            SELECT pg_catalog.json_agg(a.attname ORDER BY u.ord)
-            FROM pg_catalog.unnest(k.confkey) WITH ORDINALITY AS u(attnum, ord)
-            JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.attnum)
-            END
-        ) ORDER BY position(k.contype IN 'pufcx'), k.conname), '[]')
-        FROM pg_catalog.pg_constraint k
-        LEFT JOIN pg_catalog.pg_class rc ON rc.oid = k.confrelid
-        LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
-        WHERE k.conrelid = rel.oid AND k.contype IN ('p', 'u', 'f', 'c', 'x')) END,
+        'name', kc.name, 'type', kc.type, 'columns', kc.columns, 'definition', kc.definition,
+        'referenced_table', kc.ref_table, 'referenced_schema', kc.ref_schema,
+        'referenced_columns', kc.ref_columns
+        ) ORDER BY kc.rank, kc.name), '[]')
+        FROM (
+            SELECT k.conname AS name,
+                   CASE k.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE'
+                       WHEN 'c' THEN 'CHECK' WHEN 'x' THEN 'EXCLUDE' END AS type,
+                   position(k.contype IN 'pufcx') AS rank,
+                   {KEY_COLUMNS.format(key="conkey", rel="conrelid")} AS columns,
+                   -- Only CHECK and EXCLUDE need their text (PRD: "for CHECK"); the others are
+                   -- fully described by columns and references, and deparsing costs.
+                   CASE WHEN k.contype IN ('c', 'x')
+                        THEN pg_catalog.pg_get_constraintdef(k.oid, true) END AS definition,
+                   NULL::name AS ref_table, NULL::name AS ref_schema, NULL::name[] AS ref_columns
+            FROM pg_catalog.pg_constraint k
+            WHERE k.conrelid = rel.oid AND k.contype IN ('p', 'u', 'c', 'x')
+            UNION ALL
+            SELECT f.conname, 'FOREIGN KEY', 3, f.from_columns, NULL, f.ref_table, f.ref_schema,
+                   f.to_columns
+            FROM fks f
+            -- Not a single-column key that its column's foreign_key already shows.
+            WHERE pg_catalog.cardinality(f.from_columns) > 1 OR EXISTS (
+                SELECT 1 FROM fks g
+                WHERE f.from_columns[1] = ANY (g.from_columns) AND g.conname < f.conname)
+            ) kc) END,
     'partitions', {_PARTITIONS.format(c="rel")},
     'partition_key', CASE WHEN rel.relkind = 'p'
         THEN pg_catalog.pg_get_partkeydef(rel.oid) END,
@@ -298,9 +397,9 @@ ELSE pg_catalog.json_build_object(
         THEN pg_catalog.pg_get_viewdef(rel.oid, true) END
 ) END AS doc,
 tok.token,
-{_ROWS.format(c="rel")} AS estimated_row_count,
+facts.*,
 pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}) AS size_pretty
-FROM rel, tok
+FROM rel CROSS JOIN {ROW_FACTS.format(c="rel")}, tok
 """
 
 # What get_sample_rows needs before it can build its SELECT.
@@ -349,10 +448,13 @@ async def list_tables(
     name_pattern: str | None,
     limit: int,
     offset: int,
+    include_columns: bool = False,
 ) -> tuple[list[dict[str, Any]], int]:
     """One page of the schema's tables and the number of all that match."""
     kinds = RELKINDS_ALL if include_views else RELKINDS_TABLES
-    rows = await conn.fetch(LIST_TABLES, schema, kinds, name_pattern, limit, offset)
+    rows = await conn.fetch(
+        LIST_TABLES, schema, kinds, name_pattern, limit, offset, include_columns
+    )
     if not rows:
         raise await missing_schema(conn, schema)
     tables = [{k: v for k, v in r.items() if k != "total"} for r in rows if r["name"] is not None]

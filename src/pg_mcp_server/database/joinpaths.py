@@ -1,36 +1,32 @@
-"""find_join_path: shortest foreign-key paths between two tables, and JOIN SQL that runs.
+"""find_join_path: shortest foreign-key paths between two tables.
 
 The graph (tables as nodes, each foreign key an edge walkable both ways) is built once per
 catalog fingerprint and cached. A search computes breadth-first distances from the goal, then
 enumerates simple paths from the start, pruning any branch that can no longer reach the goal
-within `max_depth`; it stops counting at `PATH_CAP` so a dense schema cannot explode.
+within the depth searched (the shortest path's, and one more); it stops counting at `PATH_CAP`
+so a dense schema cannot explode. joinsql.py writes the SQL and the fan-out notes.
 """
 
 from __future__ import annotations
 
-import re
+import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
-from pglast.keywords import COL_NAME_KEYWORDS, RESERVED_KEYWORDS, TYPE_FUNC_NAME_KEYWORDS
 
 from pg_mcp_server.database import catalog
-from pg_mcp_server.database.relationships import GRAPH, ForeignKey
+from pg_mcp_server.database.relationships import FAN_OUT, GRAPH, ForeignKey
 from pg_mcp_server.errors import PathNotFoundError
 
 PATH_CAP = 1000
 MAX_DEPTH = 6  # PRD: max_depth is 1..6
-_KEYWORDS = RESERVED_KEYWORDS | TYPE_FUNC_NAME_KEYWORDS | COL_NAME_KEYWORDS
-_PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
+SHOWN_PATHS = 3  # paths of the shortest depth shown in full
 
-
-def ident(name: str) -> str:
-    """Quote only when needed, so examples stay readable and still run as-is."""
-    if _PLAIN.match(name) and name not in _KEYWORDS:
-        return name
-    return '"' + name.replace('"', '""') + '"'
+# A referencing table and its key columns: whose fan-out statistics a path needs.
+FanKey = tuple[int, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +53,15 @@ class Edge:
         return self.key.to_columns if self.forward else self.key.from_columns
 
     @property
+    def multiplies(self) -> bool:
+        """Walking to the referencing table, a row may meet many (unless its key is unique)."""
+        return not self.forward and not self.key.from_unique
+
+    @property
+    def fan_key(self) -> FanKey:
+        return (self.key.from_oid, self.key.from_columns)
+
+    @property
     def always_matches(self) -> bool:
         """Walking to the referenced table over NOT NULL key columns, every row has a match;
         a nullable key, or walking to the referencing side, may find none."""
@@ -77,13 +82,36 @@ def join_types(path: Path) -> list[str]:
     return types
 
 
+@dataclass
+class Found:
+    """The paths of a search, shortest first: those of the shortest depth and one more."""
+
+    start: int
+    goal: int
+    paths: list[Path]
+    capped: bool  # more than PATH_CAP: `paths` is not all of them
+
+    @property
+    def shown(self) -> list[Path]:
+        """The paths of the shortest depth, at most SHOWN_PATHS."""
+        return [p for p in self.paths if len(p) == len(self.paths[0])][:SHOWN_PATHS]
+
+    @property
+    def fan_keys(self) -> list[FanKey]:
+        """The keys whose fan-out statistics the shown paths need."""
+        return list(dict.fromkeys(e.fan_key for p in self.shown for e in p if e.multiplies))
+
+
 class Graph:
     def __init__(self, keys: list[ForeignKey]) -> None:
         self.names: dict[int, tuple[str, str]] = {}
+        self.visible: dict[int, bool] = {}  # found by the search path without a schema
         adjacency: dict[int, list[Edge]] = defaultdict(list)
         for key in keys:
             self.names[key.from_oid] = (key.from_schema, key.from_table)
             self.names[key.to_oid] = (key.to_schema, key.to_table)
+            self.visible[key.from_oid] = key.from_visible
+            self.visible[key.to_oid] = key.to_visible
             if key.from_oid == key.to_oid:
                 continue  # a self-reference never shortens a path between two tables
             adjacency[key.from_oid].append(Edge(key, True))
@@ -92,6 +120,7 @@ class Graph:
             oid: sorted(edges, key=lambda e: (self.names[e.end], e.key.constraint_name))
             for oid, edges in adjacency.items()
         }
+        self.oids = {name: oid for oid, name in self.names.items()}
         # The distinct neighbours of each table, for the breadth-first searches.
         self.next: dict[int, tuple[int, ...]] = {
             oid: tuple(dict.fromkeys(e.end for e in edges)) for oid, edges in self.adjacency.items()
@@ -120,11 +149,12 @@ class Graph:
             dist.update(dict.fromkeys(level, depth))
         return dist
 
-    def distance(self, start: int, goal: int) -> int | None:
-        """Joins on the shortest path, or None when the tables are not connected."""
+    def distance(self, start: int, goal: int, limit: int | None = None) -> int | None:
+        """Joins on the shortest path, or None when the tables are not connected (within
+        `limit` joins)."""
         if start == goal:
             return 0
-        for depth, level in enumerate(self.levels(start), start=1):
+        for depth, level in enumerate(self.levels(start, limit), start=1):
             if goal in level:
                 return depth
         return None
@@ -164,6 +194,14 @@ class Graph:
         found.sort(key=lambda p: (len(p), [(self.names[e.end], e.key.constraint_name) for e in p]))
         return found, capped
 
+    def find(self, start: int, goal: int, max_depth: int) -> Found:
+        """The paths of the shortest depth and of one more, within `max_depth` joins."""
+        shortest = self.distance(start, goal, max_depth)
+        if shortest is None:
+            return Found(start, goal, [], False)
+        paths, capped = self.paths(start, goal, min(max_depth, shortest + 1))
+        return Found(start, goal, paths, capped)
+
     def neighbours(self, origin: int, limit: int = 8) -> list[str]:
         """Names of the nearest related tables, for suggestions: nearest first, then by name,
         searching only as far as it takes to find `limit` of them."""
@@ -196,11 +234,18 @@ class GraphCache:
         return self.state.graph
 
     async def load(
-        self, conn: asyncpg.Connection, start: tuple[str, str], goal: tuple[str, str]
-    ) -> tuple[Graph, int, int]:
-        """The graph and the oids of both ends (one statement); TABLE_NOT_FOUND if missing."""
+        self,
+        conn: asyncpg.Connection,
+        start: tuple[str, str],
+        goal: tuple[str, str],
+        fan_keys: list[FanKey],
+    ) -> tuple[Graph, int, int, dict[FanKey, float | None]]:
+        """The graph, the oids of both ends and the fan-out ratios of `fan_keys` (one
+        statement); TABLE_NOT_FOUND if an end is missing."""
         seen = self.state
-        row = await conn.fetchrow(GRAPH, seen.snapshot, seen.fingerprint, *start, *goal)
+        row = await conn.fetchrow(
+            GRAPH, seen.snapshot, seen.fingerprint, *start, *goal, _fan_keys_json(fan_keys)
+        )
         assert row is not None
         for end, oid in ((start, row["from_oid"]), (goal, row["to_oid"])):
             if oid is None:
@@ -213,42 +258,45 @@ class GraphCache:
             state = GraphState(row["snapshot"], row["fingerprint"], seen.graph)
         if state is not seen and self.state is seen:  # only over what this call started from
             self.state = state
-        return state.graph, int(row["from_oid"]), int(row["to_oid"])
+        ratios = _ratios(row["fan_out"])
+        return state.graph, int(row["from_oid"]), int(row["to_oid"]), ratios
 
-
-class Aliases:
-    """Short, unique, keyword-free aliases: order_items -> oi, orders -> o, then o2 ..."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set()
-
-    def take(self, table: str) -> str:
-        words = re.findall(r"[a-z]+", re.sub(r"([a-z])([A-Z])", r"\1_\2", table).lower())
-        base = "".join(w[0] for w in words) or "t"
-        alias, n = base, 1
-        while alias in self.used or alias in _KEYWORDS or alias in RESERVED_KEYWORDS:
-            n += 1
-            alias = f"{base}{n}"
-        self.used.add(alias)
-        return alias
-
-
-def join_sql(graph: Graph, start: tuple[str, str], path: Path) -> str:
-    """`FROM a x JOIN b y ON ... ` for the path, every column pair of composite keys joined."""
-    aliases = Aliases()
-    schema, table = start
-    previous = aliases.take(table)
-    parts = [f"FROM {ident(schema)}.{ident(table)} {previous}"]
-    for edge, join in zip(path, join_types(path), strict=True):
-        schema, table = graph.names[edge.end]
-        alias = aliases.take(table)
-        on = " AND ".join(
-            f"{previous}.{ident(a)} = {alias}.{ident(b)}"
-            for a, b in zip(edge.start_columns, edge.end_columns, strict=True)
+    async def search(
+        self, conn: asyncpg.Connection, start: tuple[str, str], goal: tuple[str, str], depth: int
+    ) -> tuple[Graph, Found, dict[FanKey, float | None]]:
+        """The paths between two tables (within `depth` joins) and the fan-out ratios their
+        steps need. The search runs on the cached graph first, so that the statement that
+        checks the graph brings the statistics too: one statement while the catalog stays
+        the same. After a change it runs again, and the statistics are asked for apart."""
+        cached = self.graph
+        guess = None
+        if start in cached.oids and goal in cached.oids:
+            guess = cached.find(cached.oids[start], cached.oids[goal], depth)
+        graph, start_oid, goal_oid, ratios = await self.load(
+            conn, start, goal, guess.fan_keys if guess else []
         )
-        parts.append(f"{join} {ident(schema)}.{ident(table)} {alias} ON {on}")
-        previous = alias
-    return " ".join(parts)
+        if (
+            guess is not None
+            and graph is cached
+            and (guess.start, guess.goal) == (start_oid, goal_oid)
+        ):
+            return graph, guess, ratios
+        found = graph.find(start_oid, goal_oid, depth)
+        missing = [k for k in found.fan_keys if k not in ratios]
+        if missing:
+            ratios |= _ratios(await conn.fetchval(FAN_OUT, _fan_keys_json(missing)))
+        return graph, found, ratios
+
+
+def _fan_keys_json(fan_keys: list[FanKey]) -> str:
+    return json.dumps([{"oid": oid, "columns": list(columns)} for oid, columns in fan_keys])
+
+
+def _ratios(rows: list[dict[str, Any]]) -> dict[FanKey, float | None]:
+    return {
+        (int(r["oid"]), tuple(r["columns"])): None if r["ratio"] is None else float(r["ratio"])
+        for r in rows
+    }
 
 
 def no_path(

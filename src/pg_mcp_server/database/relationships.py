@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
-from pg_mcp_server.database.catalog import FK_ACTION, SERVER_RUN, SNAPSHOT
+from pg_mcp_server.database.catalog import FK_ACTION, KEY_COLUMNS, SERVER_RUN, SNAPSHOT
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""
@@ -22,17 +22,21 @@ SELECT DISTINCT ON (src.oid, dst.oid, from_columns, to_columns)
        k.conname AS constraint_name,
        sn.nspname AS from_schema, src.relname AS from_table, src.oid::bigint AS from_oid,
        dn.nspname AS to_schema, dst.relname AS to_table, dst.oid::bigint AS to_oid,
-       ARRAY(SELECT a.attname FROM pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(n, o)
-             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
-             ORDER BY u.o) AS from_columns,
-       ARRAY(SELECT a.attname FROM pg_catalog.unnest(k.confkey) WITH ORDINALITY AS u(n, o)
-             JOIN pg_catalog.pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.n
-             ORDER BY u.o) AS to_columns,
+       {KEY_COLUMNS.format(key="conkey", rel="conrelid")} AS from_columns,
+       {KEY_COLUMNS.format(key="confkey", rel="confrelid")} AS to_columns,
        {FK_ACTION.format(a="k.confupdtype")} AS on_update,
        {FK_ACTION.format(a="k.confdeltype")} AS on_delete,
        NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(k.conkey) AS u(n)
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
-                   WHERE NOT a.attnotnull) AS not_null
+                   WHERE NOT a.attnotnull) AS not_null,
+       -- A unique index within the key columns: one referencing row per referenced row.
+       EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+               WHERE i.indrelid = k.conrelid AND i.indisunique AND i.indpred IS NULL
+                 AND (i.indkey::pg_catalog.int2[])[0:i.indnkeyatts - 1] OPERATOR(pg_catalog.<@)
+                     k.conkey) AS from_unique,
+       -- Whether SQL may name the table without its schema (the search path finds it).
+       pg_catalog.pg_table_is_visible(src.oid) AS from_visible,
+       pg_catalog.pg_table_is_visible(dst.oid) AS to_visible
 FROM pg_catalog.pg_constraint k
 JOIN pg_catalog.pg_class src
   ON src.oid = coalesce(pg_catalog.pg_partition_root(k.conrelid), k.conrelid)
@@ -91,7 +95,31 @@ _OID = """(SELECT c.oid FROM pg_catalog.pg_class c
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = ${s} AND c.relname = ${t} AND c.relkind IN ('r', 'p', 'v', 'm', 'f'))"""
 
-# One round trip: the statement's snapshot, the two tables' oids, the fingerprint only when
+# How many rows of a referencing table share one key value, from the planner's statistics
+# (pg_stats: n_distinct, negative when a fraction of the rows; null_frac): the rows a join from
+# the referenced side brings per matched row. For several columns the most distinct one stands
+# for the key, so the ratio is an upper bound. `${n}` is a JSON array of {"oid", "columns"}.
+_FAN_OUT = """(SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
+        'oid', w.oid, 'columns', w.columns, 'ratio', (
+            SELECT CASE WHEN c.reltuples > 0 AND s.distinct_values > 0
+                        THEN c.reltuples * (1 - s.null_frac) / s.distinct_values END
+            FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+            -- An aggregate, so planned on its own with the names as parameters: pg_stats is
+            -- then read through pg_class's index on the name, not scanned whole.
+            CROSS JOIN LATERAL (
+                SELECT max(st.null_frac) AS null_frac, max(CASE WHEN st.n_distinct < 0
+                    THEN -st.n_distinct * c.reltuples ELSE st.n_distinct END) AS distinct_values
+                FROM pg_catalog.pg_stats st
+                WHERE st.schemaname = n.nspname AND st.tablename = c.relname
+                  AND st.attname = ANY (w.columns) AND st.inherited = (c.relkind = 'p')) s
+            WHERE c.oid = w.oid))), '[]')
+    FROM pg_catalog.json_to_recordset(${n}::pg_catalog.json) AS w(oid oid, columns text[]))"""
+
+FAN_OUT = f"SELECT {_FAN_OUT.format(n=1)} AS fan_out"
+
+# One round trip: the statement's snapshot, the two tables' oids, the fan-out statistics of the
+# keys in $7 (those the paths found in the cached graph walk backwards), the fingerprint only when
 # the snapshot differs from the one the cached graph was checked under ($1), and the whole graph
 # only when the fingerprint differs from the cached one ($2). Two snapshots with the same
 # xmin:xmax:in-progress list see exactly the same committed transactions, hence the same catalog
@@ -112,7 +140,8 @@ SELECT now.snapshot, fp.fingerprint,
        {_OID.format(s=5, t=6)} AS to_oid,
        CASE WHEN fp.fingerprint IS NOT NULL AND fp.fingerprint IS DISTINCT FROM $2 THEN
            (SELECT coalesce(pg_catalog.json_agg(fk), '[]') FROM ({FK_ROWS.format(where="")}) fk)
-       END AS keys
+       END AS keys,
+       {_FAN_OUT.format(n=7)} AS fan_out
 FROM now, fp
 """
 
@@ -131,6 +160,9 @@ class ForeignKey:
     on_update: str
     on_delete: str
     not_null: bool
+    from_unique: bool
+    from_visible: bool
+    to_visible: bool
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> ForeignKey:

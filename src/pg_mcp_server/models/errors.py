@@ -16,8 +16,9 @@ class ErrorDetail(BaseModel):
     context: dict[str, Any] | None = Field(description="Additional context for debugging")
 
 
-class ToolError(BaseModel):
-    """Standard error response for tool failures."""
+class ErrorResponse(BaseModel):
+    """Standard error response for tool failures (the PRD calls it ToolError; renamed so it
+    cannot be taken for the SDK's ToolError exception)."""
 
     error: ErrorDetail
     tool_name: str

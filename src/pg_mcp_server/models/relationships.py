@@ -1,13 +1,18 @@
-"""PRD 6.2 output models for the Layer 2 (relationship) tools; additive fields are marked."""
+"""PRD 6.2 output models for the Layer 2 (relationship) tools, in compact form (see
+models/compact.py); additive fields are marked.
+
+A join path's steps are the PRD JoinStep facts without repeating them: `sql_example` names each
+step's tables, columns and join type, `steps` the foreign key behind each join, in order.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from pg_mcp_server.models.compact import Compact
 
 
-class ForeignKeyRelation(BaseModel):
-    """A single foreign key relationship."""
-
+class ForeignKeyRelation(Compact):
     constraint_name: str
     from_schema: str
     from_table: str
@@ -15,63 +20,34 @@ class ForeignKeyRelation(BaseModel):
     to_schema: str
     to_table: str
     to_columns: list[str]
-    on_update: str
-    on_delete: str
+    on_update: str = "NO ACTION"
+    on_delete: str = "NO ACTION"
 
 
-class GetForeignKeysOutput(BaseModel):
-    """Output for get_foreign_keys tool."""
-
+class GetForeignKeysOutput(Compact):
     table_name: str
     schema_name: str
-    outgoing: list[ForeignKeyRelation] = Field(
-        description="Tables this table references (this table has the FK column)"
-    )
-    incoming: list[ForeignKeyRelation] = Field(
-        description="Tables that reference this table (other tables have FK to this)"
-    )
+    outgoing: list[ForeignKeyRelation]  # this table holds the key
+    incoming: list[ForeignKeyRelation]  # other tables reference this one
     outgoing_count: int
     incoming_count: int
 
 
-class JoinStep(BaseModel):
-    """A single step in a join path."""
-
-    from_table: str
-    from_schema: str
-    from_column: str = Field(
-        description="Join column on the from side (comma-separated if composite)"
-    )
-    to_table: str
-    to_schema: str
-    to_column: str = Field(description="Join column on the to side (comma-separated if composite)")
-    join_type: str = Field(description="Suggested join type based on FK direction")
-    constraint_name: str
-    # additive
-    from_columns: list[str] = Field(description="All join columns on the from side, in order")
-    to_columns: list[str] = Field(description="All join columns on the to side, paired in order")
-    direction: str = Field(
-        description=(
-            "'forward' when from_table holds the foreign key, 'reverse' when to_table does"
-        )
-    )
-
-
-class JoinPath(BaseModel):
-    """A complete path between two tables."""
-
-    steps: list[JoinStep]
+class JoinPath(Compact):
     depth: int
-    sql_example: str = Field(description="Example JOIN clause for this path")
+    # FROM ... JOIN ... ON ...: JOIN where every row has a match, LEFT JOIN from the first
+    # step where one may not; runs as-is after a select list.
+    sql_example: str
+    steps: list[str]  # the constraint behind each join, in order
+    # additive: each step that can multiply rows, with its ratio from the statistics ...
+    fan_out: list[str] = Field(default_factory=list)
+    # ... and what that does to aggregates over the first table
+    warning: str | None = None
 
 
-class FindJoinPathOutput(BaseModel):
-    """Output for find_join_path tool."""
-
+class FindJoinPathOutput(Compact):
     from_table: str
     to_table: str
     paths: list[JoinPath]
     paths_found: int
-    note: str | None = Field(
-        description="Additional context (e.g., 'multiple paths found, showing shortest')"
-    )
+    note: str | None = None

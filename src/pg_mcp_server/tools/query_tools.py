@@ -11,9 +11,15 @@ from pydantic import Field
 
 from pg_mcp_server.app import AppContext, app_context
 from pg_mcp_server.database import catalog
+from pg_mcp_server.database.hints import column_hint, function_hint, relations
 from pg_mcp_server.database.plans import explain
 from pg_mcp_server.database.queries import query_hash, run_query
-from pg_mcp_server.errors import TableNotFoundError
+from pg_mcp_server.errors import (
+    ColumnNotFoundError,
+    InvalidSqlError,
+    PgMcpError,
+    TableNotFoundError,
+)
 from pg_mcp_server.models.results import ExecuteQueryOutput, ExplainQueryOutput
 from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
 
@@ -44,11 +50,16 @@ Scan on orders  (cost=0.00..189.00 rows=5000 width=24)...", "format": "text",
 _MISSING = re.compile(r'relation "(?:([^".]+)\.)?([^"]+)" does not exist')
 
 
-async def _suggest(app: AppContext, error: TableNotFoundError) -> TableNotFoundError:
-    """PostgreSQL says only that a relation is missing; add the closest names. The failed
-    transaction is aborted, so the lookup runs on a fresh connection."""
+async def _suggest(app: AppContext, error: PgMcpError, sql: str) -> PgMcpError:
+    """PostgreSQL says what is missing; add what exists, closest first: tables for a missing
+    relation, the named tables' columns for a missing column, functions for a missing one.
+    The failed transaction is aborted, so the lookup runs on a fresh connection."""
+    if isinstance(error, ColumnNotFoundError):
+        return await column_hint(app.db.catalog, error, relations(sql))
+    if isinstance(error, InvalidSqlError):
+        return await function_hint(app.db.catalog, error)
     found = _MISSING.search(error.message)
-    if found is None:
+    if not isinstance(error, TableNotFoundError) or found is None:
         return error
     schema = found.group(1) or app.settings.database.default_schema
     async with app.db.catalog() as conn:
@@ -107,8 +118,8 @@ def query_tools() -> list[PgTool]:
                 ),
                 timeout_ms,
             )
-        except TableNotFoundError as exc:
-            raise await _suggest(app, exc) from None
+        except PgMcpError as exc:
+            raise await _suggest(app, exc, sql) from None
         # The ExecuteQueryOutput fields, as plain JSON (see ok_json).
         return ok_json(
             {
@@ -163,8 +174,8 @@ def query_tools() -> list[PgTool]:
                     verbose=verbose,
                     buffers=buffers,
                 )
-        except TableNotFoundError as exc:
-            raise await _suggest(app, exc) from None
+        except PgMcpError as exc:
+            raise await _suggest(app, exc, sql) from None
         return ok(
             ExplainQueryOutput(
                 plan=result.plan,

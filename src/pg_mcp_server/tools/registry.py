@@ -15,13 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from pg_mcp_server.errors import ConnectionLostError, InternalError, ParameterError, PgMcpError
-from pg_mcp_server.models.errors import ErrorDetail, ToolError
+from pg_mcp_server.models.compact import Compact
+from pg_mcp_server.models.errors import ErrorDetail, ErrorResponse
 from pg_mcp_server.tools.schemas import compact_schema
 
 logger = logging.getLogger(__name__)
@@ -37,10 +38,10 @@ READ_ONLY = ToolAnnotations(
 
 
 def ok(output: BaseModel) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=output.model_dump_json())],
-        structured_content=output.model_dump(mode="json"),
-    )
+    """The answer as structured content and the same compact JSON as text (a `Compact` model
+    leaves out its fields at their default)."""
+    structured = output.dump() if isinstance(output, Compact) else output.model_dump(mode="json")
+    return ok_json(structured)
 
 
 def ok_json(structured: dict[str, Any], encoded: dict[str, str] | None = None) -> CallToolResult:
@@ -85,7 +86,7 @@ def parameter_error(exc: ValidationError) -> ParameterError:
 
 
 def error_result(exc: PgMcpError, tool_name: str, arguments: dict[str, Any]) -> CallToolResult:
-    body = ToolError(
+    body = ErrorResponse(
         error=ErrorDetail(
             code=exc.code,
             message=exc.message,
@@ -103,7 +104,7 @@ def error_result(exc: PgMcpError, tool_name: str, arguments: dict[str, Any]) -> 
 
 
 class PgTool(Tool):
-    """An SDK tool whose failures come back as PRD `ToolError` results."""
+    """An SDK tool whose failures come back as PRD error results (`ErrorResponse`)."""
 
     async def run(
         self,
@@ -114,13 +115,13 @@ class PgTool(Tool):
         try:
             try:
                 return await super().run(arguments, context, convert_result)
-            except SdkToolError as lost:
+            except ToolError as lost:
                 if not isinstance(lost.__cause__, ConnectionLostError):
                     raise
                 # A pooled connection died unnoticed (server restart, terminated backend):
                 # it is gone from the pool now, and every tool only reads, so run it again.
                 return await super().run(arguments, context, convert_result)
-        except SdkToolError as wrapped:
+        except ToolError as wrapped:
             cause = wrapped.__cause__
             if isinstance(cause, ValidationError):
                 error: PgMcpError = parameter_error(cause)
@@ -146,6 +147,12 @@ def make_tool(
     )
     assert isinstance(tool, PgTool)
     tool.parameters = compact_schema(tool.parameters)
-    if tool.fn_metadata.output_schema is not None:
-        tool.fn_metadata.output_schema = compact_schema(tool.fn_metadata.output_schema)
+    meta = tool.fn_metadata
+    if meta.output_schema is not None:
+        model = meta.output_model
+        meta.output_schema = compact_schema(
+            meta.output_schema,
+            output=True,
+            omits_defaults=isinstance(model, type) and issubclass(model, Compact),
+        )
     return tool

@@ -1,81 +1,104 @@
-"""Layer 1, schema discovery: list_schemas, list_tables, describe_table, get_sample_rows.
+"""Layer 1, schema discovery: list_schemas, list_tables, search_tables, describe_table,
+get_sample_rows.
 
 Thin wrappers: validate input (pydantic, through the signature), open the read-only
-transaction, call `database/`, wrap the answer in the PRD output model.
+transaction, call `database/`, wrap the answer in the output model. Descriptions are read by
+the model on every session: every byte counts (all tools together stay under 12 KB).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 from pydantic import Field
 
-from pg_mcp_server.app import app_context
+from pg_mcp_server.app import AppContext, app_context
 from pg_mcp_server.database import catalog
+from pg_mcp_server.database.hints import Relation, column_hint
 from pg_mcp_server.database.sampling import sample_rows
+from pg_mcp_server.database.search import search_tables as search
+from pg_mcp_server.errors import ColumnNotFoundError
 from pg_mcp_server.models.schema import (
     DescribeTableOutput,
     GetSampleRowsOutput,
     ListSchemasOutput,
     ListTablesOutput,
     SchemaInfo,
+    SearchMatch,
+    SearchTablesOutput,
     TableInfo,
 )
 from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
 
-LIST_SCHEMAS = """List the schemas (namespaces) of the database with owner, comment and table count.
+LIST_SCHEMAS = """The database's schemas: owner, comment, table_count, view_count. Start here.
+Example: list_schemas()"""
 
-Start here when exploring an unknown database, then call list_tables on a schema.
-System schemas (pg_catalog, information_schema, pg_toast) are hidden unless include_system=true.
-Example: list_schemas() -> {"schemas": [{"name": "public", "owner": "postgres",
-"description": "standard public schema", "table_count": 15, "view_count": 7}], "total_count": 1}"""
+LIST_TABLES = """One schema's tables and views: comment, row estimate, size, primary key, column
+count. empty=true: no rows for certain; else the estimate is as of stats_as_of (absent: never
+analyzed). include_columns=true: a schema map, each column as "name type[ PK][ -> table.col]".
+Example: list_tables(schema_name="sales", include_columns=true)"""
 
-LIST_TABLES = """List the tables (and by default views) of one schema with row estimates and sizes.
+SEARCH_TABLES = """Find the tables that hold something, in all schemas: words matched against
+table and column names and comments, best first. Example: search_tables(query="customer email")"""
 
-Partitions are not listed separately: a partitioned table lists them in `partitions`.
-`name_pattern` is a case-insensitive LIKE pattern ('%' any text, '_' one character).
-Large schemas come in pages of `limit` (default 1000) in name order: when `has_more` is true,
-call again with `offset` advanced; `total_count` counts every match.
-Next step: describe_table for the columns, keys and indexes of a table.
-Example: list_tables(schema_name="public", name_pattern="order%") -> {"tables": [{"name":
-"orders", "type": "table", "estimated_row_count": 890000, "size_pretty": "100 MB",
-"has_primary_key": true, "column_count": 18, ...}], "schema_name": "public", "total_count": 1}"""
+DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, comment, keys, enum
+labels, identity, generated), indexes, constraints (a one-column foreign key is on its
+column), partitions, view definition, row facts as in list_tables. Defaults left out:
+is_nullable true, on_update/on_delete NO ACTION, index_type btree, an index definition saying
+no more. Example: describe_table(table_name="orders")"""
 
-DESCRIBE_TABLE = """Describe one table or view: columns (type, nullability, default, comment,
-primary/unique/foreign key, enum labels), indexes and constraints (PK, FK, UNIQUE, CHECK).
+GET_SAMPLE_ROWS = """A few real rows, to see formats and values: `rows` are arrays in `columns`
+order, by primary key unless randomize=true; long text is cut, sensitive columns redacted.
+Example: get_sample_rows(table_name="orders", where_clause="status = 'shipped'")"""
 
-Use it before writing a query so column names and types are right; foreign_key on a column
-tells you what to join it to. Names are exact (case-sensitive, as stored).
-Example: describe_table(table_name="orders") -> {"table_name": "orders", "columns": [{"name":
-"user_id", "data_type": "uuid", "is_nullable": false, "foreign_key": {"referenced_table":
-"users", "referenced_column": "id", ...}, ...}], "indexes": [...], "constraints": [...]}"""
-
-GET_SAMPLE_ROWS = """Fetch a few real rows of a table to see what the data looks like
-(formats, typical values, NULLs). Read-only.
-
-Rows come ordered by primary key unless randomize=true. where_clause is a boolean SQL condition
-without the WHERE keyword, e.g. "status = 'shipped' AND total > 100"; it must be a plain
-condition (no subquery tricks, no side-effect functions). bytea values are base64; columns
-whose names look sensitive (password, secret, token) are redacted; long text is cut.
-Example: get_sample_rows(table_name="orders", limit=2, columns=["id", "status"]) ->
-{"columns": ["id", "status"], "rows": [{"id": 1, "status": "delivered"}, ...],
-"row_count": 2, "total_table_rows": 890000, "note": "first rows ordered by primary key"}"""
-
-SchemaName = Annotated[str, Field(description="Schema containing the table")]
+# Tables per list_tables page: a schema map line per column makes a table ~10x the bytes.
+LIST_PAGE = 1000
+MAP_PAGE = 100
 
 SAMPLE_ANNOTATIONS = READ_ONLY.model_copy(update={"idempotent_hint": False})
+
+# Read afresh on every call (they change outside transactions), and put last.
+_FRESH = ("estimated_row_count", "empty", "stats_as_of", "size_pretty")
+
+
+async def describe_document(
+    app: AppContext,
+    schema: str,
+    table: str,
+    include_indexes: bool = True,
+    include_constraints: bool = True,
+) -> dict[str, Any]:
+    """describe_table's answer (its structured content), for the tool and for anything else
+    that shows a table: one catalog statement, whose document is reused from `app.described`
+    while nothing has committed since (see catalog.SnapshotCache)."""
+    key = (schema, table, include_indexes, include_constraints)
+    cached = app.described.get(key)
+    async with app.db.catalog() as conn:
+        row = await catalog.describe_table(
+            conn,
+            schema,
+            table,
+            include_indexes,
+            include_constraints,
+            known_token=cached[0] if cached else "",
+        )
+    fields = DescribeTableOutput.model_fields
+    fresh = {k: row[k] for k in _FRESH if row[k] != fields[k].default}
+    if row["doc"] is not None or not cached:
+        doc = DescribeTableOutput.model_validate(row["doc"]).dump()
+        app.described.put(key, row["token"], doc, len(json.dumps(doc)))
+        return doc | fresh
+    return cached[1] | fresh
 
 
 def schema_tools(default_schema: str) -> list[PgTool]:
     """The Layer 1 tools; `default_schema` (PG_DEFAULT_SCHEMA) is the schema_name default."""
 
     async def list_schemas(
-        ctx: Context,
-        include_system: Annotated[
-            bool, Field(description="Include system schemas (pg_*, information_schema)")
-        ] = False,
+        ctx: Context, include_system: bool = False
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
         app = app_context(ctx)
         async with app.db.catalog() as conn:
@@ -85,31 +108,25 @@ def schema_tools(default_schema: str) -> list[PgTool]:
 
     async def list_tables(
         ctx: Context,
-        schema_name: Annotated[
-            str, Field(description="Schema to list tables from")
-        ] = default_schema,
-        include_views: Annotated[bool, Field(description="Include views in the listing")] = True,
+        schema_name: str = default_schema,
+        include_views: bool = True,
         name_pattern: Annotated[
-            str | None,
-            Field(
-                description=(
-                    "Optional LIKE pattern to filter table names (e.g., 'user%'); case-insensitive"
-                )
-            ),
+            str | None, Field(description="Case-insensitive LIKE pattern, e.g. 'order%'")
         ] = None,
+        include_columns: bool = False,
         limit: Annotated[
-            int, Field(ge=1, le=10000, description="Most objects to return (one page)")
-        ] = 1000,
-        offset: Annotated[
-            int, Field(ge=0, description="Objects to skip, in name order (for the next page)")
-        ] = 0,
+            int | None,
+            Field(ge=1, le=10000, description="Per page; default 1000, 100 with columns"),
+        ] = None,
+        offset: Annotated[int, Field(ge=0)] = 0,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
         app = app_context(ctx)
+        page = limit or (MAP_PAGE if include_columns else LIST_PAGE)
         async with app.db.catalog() as conn:
             rows, total = await catalog.list_tables(
-                conn, schema_name, include_views, name_pattern, limit, offset
+                conn, schema_name, include_views, name_pattern, page, offset, include_columns
             )
-        tables = [TableInfo(schema_name=schema_name, **r) for r in rows]
+        tables = [TableInfo(**r) for r in rows]
         return ok(
             ListTablesOutput(
                 tables=tables,
@@ -119,83 +136,61 @@ def schema_tools(default_schema: str) -> list[PgTool]:
             )
         )
 
+    async def search_tables(
+        ctx: Context,
+        query: Annotated[str, Field(description="A few words, e.g. 'invoice total'")],
+        limit: Annotated[int, Field(ge=1, le=50)] = 10,
+    ) -> Annotated[CallToolResult, SearchTablesOutput]:
+        app = app_context(ctx)
+        async with app.db.catalog() as conn:
+            rows, total = await search(conn, query, limit)
+        return ok(SearchTablesOutput(matches=[SearchMatch(**r) for r in rows], total_count=total))
+
     async def describe_table(
         ctx: Context,
-        table_name: Annotated[str, Field(description="Name of the table to describe")],
-        schema_name: SchemaName = default_schema,
-        include_indexes: Annotated[bool, Field(description="Include index information")] = True,
-        include_constraints: Annotated[
-            bool, Field(description="Include constraint information")
-        ] = True,
+        table_name: str,
+        schema_name: str = default_schema,
+        include_indexes: bool = True,
+        include_constraints: bool = True,
     ) -> Annotated[CallToolResult, DescribeTableOutput]:
-        app = app_context(ctx)
-        key = (schema_name, table_name, include_indexes, include_constraints)
-        cached = app.described.get(key)
-        async with app.db.catalog() as conn:
-            row = await catalog.describe_table(
-                conn,
-                schema_name,
-                table_name,
-                include_indexes,
-                include_constraints,
-                known_token=cached[0] if cached else "",
+        return ok_json(
+            await describe_document(
+                app_context(ctx), schema_name, table_name, include_indexes, include_constraints
             )
-        fresh = {
-            "estimated_row_count": row["estimated_row_count"],
-            "size_pretty": row["size_pretty"],
-        }
-        if row["doc"] is None and cached:
-            return ok_json(cached[1] | fresh)
-        structured = DescribeTableOutput.model_validate(row["doc"] | fresh).model_dump(mode="json")
-        result = ok_json(structured)
-        text = result.content[0]
-        size = len(text.text) if isinstance(text, TextContent) else 0
-        app.described.put(key, row["token"], structured, size)
-        return result
+        )
 
     async def get_sample_rows(
         ctx: Context,
-        table_name: Annotated[str, Field(description="Name of the table to sample")],
-        schema_name: SchemaName = default_schema,
-        limit: Annotated[
-            int, Field(ge=1, le=100, description="Number of sample rows to retrieve")
-        ] = 5,
-        columns: Annotated[
-            list[str] | None,
-            Field(description="Specific columns to include (null for all)"),
-        ] = None,
-        where_clause: Annotated[
-            str | None,
-            Field(
-                description=(
-                    "Optional WHERE clause to filter samples (without 'WHERE' keyword), "
-                    "e.g. \"status = 'active'\""
-                )
-            ),
-        ] = None,
-        randomize: Annotated[
-            bool, Field(description="Randomize row selection (slower on large tables)")
-        ] = False,
+        table_name: str,
+        schema_name: str = default_schema,
+        limit: Annotated[int, Field(ge=1, le=100)] = 5,
+        columns: list[str] | None = None,
+        where_clause: str | None = None,
+        randomize: bool = False,
     ) -> Annotated[CallToolResult, GetSampleRowsOutput]:
         app = app_context(ctx)
-        async with app.db.read_only() as conn:
-            sample = await sample_rows(
-                conn,
-                app.guard,
-                schema=schema_name,
-                table=table_name,
-                limit=limit,
-                columns=columns,
-                where_clause=where_clause,
-                randomize=randomize,
-                sensitive=app.sensitive,
-            )
+        try:
+            async with app.db.read_only() as conn:
+                sample = await sample_rows(
+                    conn,
+                    app.guard,
+                    schema=schema_name,
+                    table=table_name,
+                    limit=limit,
+                    columns=columns,
+                    where_clause=where_clause,
+                    randomize=randomize,
+                    sensitive=app.sensitive,
+                )
+        except ColumnNotFoundError as exc:  # in where_clause: say which columns there are
+            table = Relation(schema_name, table_name, None)
+            raise await column_hint(app.db.catalog, exc, [table]) from None
         return ok(
             GetSampleRowsOutput(
                 table_name=table_name,
                 schema_name=schema_name,
                 columns=sample.columns,
-                rows=sample.rows,
+                rows=[list(row.values()) for row in sample.rows],
                 row_count=len(sample.rows),
                 total_table_rows=sample.total_table_rows,
                 note=sample.note,
@@ -207,6 +202,12 @@ def schema_tools(default_schema: str) -> list[PgTool]:
             list_schemas, name="list_schemas", title="List schemas", description=LIST_SCHEMAS
         ),
         make_tool(list_tables, name="list_tables", title="List tables", description=LIST_TABLES),
+        make_tool(
+            search_tables,
+            name="search_tables",
+            title="Search tables",
+            description=SEARCH_TABLES,
+        ),
         make_tool(
             describe_table,
             name="describe_table",

@@ -1,0 +1,149 @@
+"""The real entry point as a user starts it (`uv run pg-mcp-server ...`), and what it leaves.
+
+Helpers for tests that spawn the server: a clean environment (no PG_* / MCP_* of the caller),
+lines read from its stdout with a deadline, its JSON log lines, and waiting on a condition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+ROOT = Path(__file__).parents[1]
+EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+_STARTED = re.compile(r"embedded PostgreSQL started \(pid (\d+), files in (.+)\)")
+
+
+def uv_run(*args: str) -> list[str]:
+    """`uv run pg-mcp-server ARGS`, with the uv that runs these tests (`uv run` sets UV)."""
+    uv = os.environ.get("UV") or shutil.which("uv")
+    assert uv, "uv is needed to start the server as users do"
+    return [uv, "run", "pg-mcp-server", *args]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env.pop("DATABASE_URL", None)
+    env.update(extra)
+    return env
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def gone(pid: int) -> bool:
+    """No such process (a zombie waiting for its parent counts as gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class Server:
+    """A spawned server speaking over pipes; stderr goes to a file (`log_lines()`)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], stderr: Path) -> None:
+        self.stderr_path = stderr
+        self._stderr: IO[bytes] = stderr.open("wb")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd=ROOT,
+        )
+        self._buffer = b""
+
+    def send(self, message: dict[str, Any] | bytes) -> None:
+        assert self.proc.stdin is not None
+        data = message if isinstance(message, bytes) else json.dumps(message).encode()
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float = 60.0) -> dict[str, Any]:
+        """The next message the server writes on stdout."""
+        line = self.read_line(timeout)
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def read_line(self, timeout: float = 60.0) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                left = deadline - time.monotonic()
+                assert left > 0 and selector.select(left), "no answer in time"
+                chunk = os.read(fd, 1 << 20)
+                assert chunk, f"stdout closed; log:\n{self.stderr_path.read_text()[-3000:]}"
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def initialize(self, timeout: float = 90.0) -> dict[str, Any]:
+        self.send(INIT)
+        reply = self.read(timeout)
+        assert reply["id"] == 1 and "result" in reply, reply
+        self.send(INITIALIZED)
+        return reply
+
+    def log_lines(self) -> list[str]:
+        """The messages of the JSON log lines on stderr so far."""
+        lines = []
+        for raw in self.stderr_path.read_text(errors="replace").splitlines():
+            try:
+                lines.append(json.loads(raw)["message"])
+            except (ValueError, KeyError, TypeError):
+                lines.append(raw)
+        return lines
+
+    def embedded(self) -> tuple[int, Path]:
+        """The demo's postmaster pid and its directory, from the log."""
+        for line in self.log_lines():
+            if match := _STARTED.search(line):
+                return int(match.group(1)), Path(match.group(2))
+        raise AssertionError("no embedded PostgreSQL in the log")
+
+    def close(self) -> None:
+        """Kill what is left (a test that failed): `uv run` cannot pass SIGKILL on."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for child in psutil.Process(self.proc.pid).children(recursive=True):
+                    child.kill()
+            self.proc.kill()
+            self.proc.wait(10)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        self._stderr.close()
