@@ -164,6 +164,10 @@ async def test_views_materialized_views_and_foreign_tables(edge_dsn: str) -> Non
         assert view["indexes"] == [] and view["constraints"] == []
         rows = await call(client, "get_sample_rows", table_name="v_types", randomize=True)
         assert rows["row_count"] == 2
+        # Foreign tables are refused unless allowed (see test_guard_objects.py).
+        refused = await call_error(client, "get_sample_rows", table_name="ft_empty")
+        assert refused["error"]["context"]["rule"] == "foreign_table"
+    async with connect(edge_dsn, allow_foreign_tables=True) as client:
         (readable,) = await fetch(edge_dsn, "SELECT fdwhandler <> 0 FROM pg_foreign_data_wrapper")
         if readable[0]:
             assert (await call(client, "get_sample_rows", table_name="ft_empty"))["rows"] == []

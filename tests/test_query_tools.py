@@ -18,7 +18,6 @@ from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database import safety
 from pg_mcp_server.database.engine import Database, fetch_page
 from pg_mcp_server.database.queries import fetch_upto
 from pg_mcp_server.errors import ParameterError
@@ -388,25 +387,6 @@ async def test_a_repeated_query_sees_the_table_change(qdsn: str) -> None:
         body = await call(client, "execute_query", sql="SELECT * FROM shifting")
         assert body["rows"] == [{"a": 1, "b": "new"}]
         assert [c["data_type"] for c in body["columns"]] == ["bigint", "text"]
-
-
-async def test_the_safety_catalog_is_reread_in_the_background(
-    qdsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once expired, the catalog is read again off the request path; what it finds (here a
-    view over an unsafe function) is refused from then on."""
-    monkeypatch.setattr(safety, "_REFRESH_SECONDS", 0.0)
-    async with connect(qdsn) as client:
-        await call(client, "execute_query", sql="SELECT 1 AS x")
-        await execute(qdsn, "CREATE VIEW unlocker AS SELECT pg_advisory_unlock(1) AS x")
-        for _ in range(100):
-            result = await client.call_tool("execute_query", {"sql": "SELECT * FROM unlocker"})
-            if result.is_error:
-                break
-            await asyncio.sleep(0.02)
-        body = await call_error(client, "execute_query", sql="SELECT * FROM unlocker")
-        assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
-        assert "unlocker" in body["error"]["message"]
 
 
 async def test_explain_formats_and_warnings(qdsn: str) -> None:

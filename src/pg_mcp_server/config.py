@@ -178,6 +178,21 @@ class ServerSettings(BaseSettings):
         ge=1024,
         description="Most bytes of row JSON execute_query returns; further rows are cut",
     )
+    trusted_roles: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Comma-separated roles whose functions the guard trusts as marked (besides "
+            "superusers and extension members); objects owned by other roles must be built "
+            "from trusted parts only"
+        ),
+    )
+    allow_foreign_tables: bool = Field(
+        default=False,
+        description=(
+            "Let queries read foreign tables (the remote side runs outside the read-only "
+            "transaction, so a remote view or function there can change state)"
+        ),
+    )
     require_read_only_role: bool = Field(
         default=False,
         description=(
@@ -257,14 +272,14 @@ class ServerSettings(BaseSettings):
         ),
     )
 
-    @field_validator("allowed_pl_languages", mode="before")
-    @classmethod
-    def _languages(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [item.strip() for item in value.split(",") if item.strip()]
-        return value
-
-    @field_validator("auth_tokens", "allowed_hosts", "allowed_origins", mode="before")
+    @field_validator(
+        "auth_tokens",
+        "allowed_hosts",
+        "allowed_origins",
+        "trusted_roles",
+        "allowed_pl_languages",
+        mode="before",
+    )
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):

@@ -312,7 +312,9 @@ def build_server(
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
         database = db or Database(settings.database)
         guard = SqlGuard(
-            strict_comments=settings.server.block_keywords_in_comments, connect=database.catalog
+            strict_comments=settings.server.block_keywords_in_comments,
+            trusted_roles=tuple(settings.server.trusted_roles),
+            allow_foreign_tables=settings.server.allow_foreign_tables,
         )
         audit = RoleAudit() if role_warnings is None else None
         try:
@@ -332,7 +334,6 @@ def build_server(
         finally:
             if server.custom is not None:
                 await server.custom.stop()
-            await guard.close()
             if db is None:
                 await database.dispose()
 

@@ -1,34 +1,33 @@
 """Read-only SQL validation with PostgreSQL's own parser (pglast).
 
-The guard is the friendly first gate: it explains *why* a statement is refused. PostgreSQL is
-the backstop (user SQL runs in `BEGIN READ ONLY`, rolled back), but a read-only
-transaction still allows side effects such as `pg_read_file`, advisory locks or `set_config`,
-so the guard allows exactly one SELECT and only functions that are safe for a reader: stable
-or immutable ones (volatility read from `pg_proc`) plus a short list of harmless volatile ones.
+The guard decides before PostgreSQL sees the statement: parse analysis and planning already
+run code (a literal cast to a domain checks its constraints, the planner folds stable
+functions and calls selectivity functions), so even a plain EXPLAIN must not reach anything
+unsafe. PostgreSQL is the backstop (user SQL runs read-only and is rolled back), but a
+read-only transaction still allows side effects such as advisory locks, `set_config`, an XID
+consumed, statistics reset or a sequence advanced. So the guard allows exactly one SELECT, and
+only when every object it may reach, and all the code those run, is safe for a reader (see
+database/rules.py for what "safe" means, database/closure.py for what a statement reaches,
+database/freshness.py for how current the facts are).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import dataclasses
 import functools
-import json
-import logging
 import re
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 from pglast import parser
 
-from pg_mcp_server.database.safety import SafetyCatalog
-from pg_mcp_server.database.sqltree import names, walk
+from pg_mcp_server.database import sqltree
+from pg_mcp_server.database.freshness import GuardState
+from pg_mcp_server.database.rules import Refusal
+from pg_mcp_server.database.sqlrefs import Refs, refs_of
+from pg_mcp_server.database.sqltree import walk
 from pg_mcp_server.errors import InvalidSqlError, WriteOperationDeniedError
-
-logger = logging.getLogger(__name__)
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a
 # prompt-injected comment, is worth a refusal).
@@ -72,16 +71,11 @@ _STATEMENT_NAMES = {
 
 @dataclass(frozen=True)
 class ParsedSelect:
-    """A statement that passed the structural checks, with every name the safety check needs.
-    (Those kept for repeated SQL, see `_names_cached`, have an empty tree.)"""
+    """A statement that passed the structural checks, with every name it uses. (Those kept
+    for repeated SQL, see `_names_cached`, have an empty tree.)"""
 
     tree: dict[str, Any]
-    functions: frozenset[str] = frozenset()
-    # `(row).fn` and `row.fn` call fn(row) when no column of that name exists.
-    attributes: frozenset[str] = frozenset()
-    operators: frozenset[str] = frozenset()
-    types: frozenset[str] = frozenset()
-    relations: frozenset[str] = frozenset()
+    refs: Refs = field(default_factory=Refs)
 
 
 def _check_comments(sql: str) -> None:
@@ -118,13 +112,21 @@ def parse_select(
     if strict_comments:
         _check_comments(sql)
     try:
-        tree = json.loads(parser.parse_sql_json(sql))
+        tree = sqltree.loads(parser.parse_sql_json(sql))
     except parser.ParseError as exc:
         message, location = (*exc.args, None, None)[:2]
         ctx: dict[str, Any] = {"rule": "syntax"}
         if isinstance(location, int):
             ctx["position"] = max(location - position_offset, 0) + 1
         raise InvalidSqlError(f"Syntax error: {message}", context=ctx) from None
+    except sqltree.TooDeepError:
+        raise InvalidSqlError(
+            "The statement is nested too deeply for the guard to check (hundreds of nested "
+            "subqueries, set operations or operators).",
+            suggestion="Flatten it: an IN (...) list or a VALUES list instead of a long chain, "
+            "fewer UNION arms per call, or a join instead of nested subqueries.",
+            context={"rule": "too_deep"},
+        ) from None
     stmts = tree.get("stmts", [])
     if not stmts:
         raise InvalidSqlError("The SQL text holds no statement (only comments or semicolons).")
@@ -144,12 +146,7 @@ def parse_select(
             "or TABLE) is.",
             context={"rule": "select_only", "statement": _label(kinds[0])},
         )
-    functions: set[str] = set()
-    attributes: set[str] = set()
-    operators: set[str] = set()
-    types: set[str] = set()
-    relations: set[str] = set()
-    for key, value in walk(tree):
+    for key, _ in walk(tree):
         if key in _WRITE_NODES:
             raise WriteOperationDeniedError(
                 f"A data-modifying {_WRITE_NODES[key]} inside the query is not allowed.",
@@ -167,70 +164,16 @@ def parse_select(
                 suggestion="Remove the FOR UPDATE/SHARE clause.",
                 context={"rule": "locking_clause"},
             )
-        if not isinstance(value, dict):
-            continue
-        if key == "FuncCall":
-            functions.update(names(value.get("funcname", []))[-1:])
-        elif key == "ColumnRef":
-            fields = names(value.get("fields", []))
-            if len(fields) >= 2:
-                attributes.add(fields[-1])
-        elif key == "A_Indirection":
-            attributes.update(names(value.get("indirection", [])))
-        elif key == "A_Expr":
-            operators.update(names(value.get("name", []))[-1:])
-        elif key in ("TypeName", "typeName"):  # a typed field has no node wrapper
-            types.update(names(value.get("names", []))[-1:])
-        elif key == "RangeVar":
-            relations.add(value.get("relname", ""))
-    return ParsedSelect(
-        tree,
-        frozenset(functions),
-        frozenset(attributes),
-        frozenset(operators),
-        frozenset(types),
-        frozenset(relations),
-    )
+    return ParsedSelect(tree, refs_of(tree))
 
 
 @functools.lru_cache(maxsize=256)
 def _names_cached(sql: str, strict_comments: bool) -> ParsedSelect:
     """parse_select for repeated SQL, without the tree (which can take megabytes for a long
     select list): the structural verdict depends on the text alone, and the names are checked
-    against the current safety catalog on every call. Refusals are not kept: they raise, and
+    against the current catalog facts on every call. Refusals are not kept: they raise, and
     lru_cache stores only results."""
     return dataclasses.replace(parse_select(sql, strict_comments=strict_comments), tree={})
-
-
-def check_safety(parsed: ParsedSelect, catalog: SafetyCatalog) -> None:
-    """Refuse names that reach a function a reader must not run (see database/safety.py).
-    Names unknown to the catalog pass: PostgreSQL reports them as undefined."""
-    found: list[tuple[str, str]] = []
-    found += [("function", n) for n in sorted(parsed.functions & catalog.functions)]
-    found += [("function", n) for n in sorted(parsed.attributes & catalog.row_functions)]
-    found += [("operator", n) for n in sorted(parsed.operators & catalog.operators)]
-    found += [("type", n) for n in sorted((parsed.types | parsed.functions) & catalog.types)]
-    found += [("relation", n) for n in sorted(parsed.relations & catalog.relations)]
-    if not found:
-        return
-    kind, name = found[0]
-    what = {
-        "function": f"The function {name}() is not allowed: it can have side effects, read "
-        "outside the database or run SQL the guard cannot see.",
-        "operator": f"The operator {name} is not allowed: it calls a function with side effects.",
-        "type": f"The type {name} is not allowed: its CHECK constraint calls a function with "
-        "side effects.",
-        "relation": f"Reading {name} is not allowed: its definition (view query or row-level "
-        "security policy) calls a function with side effects.",
-    }[kind]
-    raise WriteOperationDeniedError(
-        what,
-        suggestion=(
-            "Use only side-effect-free functions (stable or immutable ones, plus harmless "
-            "volatile ones such as random() or clock_timestamp()) and objects built on them."
-        ),
-        context={"rule": f"unsafe_{kind}", "names": [n for _, n in found]},
-    )
 
 
 def _label(kind: str) -> str:
@@ -270,61 +213,46 @@ def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = Tr
 
 @dataclass
 class SqlGuard:
-    """The gate every statement passes: structure, then names against the safety catalog
-    (read from PostgreSQL and cached). The catalog is read on the caller's connection the first
-    time, and again whenever a statement calls a function name it has not seen; once it is a
-    minute old it is read again in the background, on a connection of its own from `connect`
-    (without `connect`, on the caller's), while the current one keeps serving; at two minutes
-    (background reads failing) the caller waits for an inline read again."""
+    """The gate every statement passes, before PostgreSQL parses it: structure first (one
+    SELECT, no writes, locks or INTO), then every object its names may resolve to and all the
+    code those can run (database/closure.py, database/rules.py), judged on catalog facts that
+    one round trip on the caller's connection confirms are current (database/freshness.py)."""
 
     strict_comments: bool = True
-    catalog: SafetyCatalog = field(default_factory=SafetyCatalog)
-    connect: Callable[[], AbstractAsyncContextManager[asyncpg.Connection]] | None = None
-    _refreshing: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    trusted_roles: tuple[str, ...] = ()
+    allow_foreign_tables: bool = False
+    state: GuardState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state = GuardState(tuple(self.trusted_roles), self.allow_foreign_tables)
 
     async def check(self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0) -> None:
-        """Refuse `sql` unless it is one SELECT that calls nothing unsafe (see parse_select
-        and check_safety)."""
+        """Refuse `sql` unless it is one SELECT that can run nothing unsafe."""
         if position_offset == 0 and len(sql) <= _CACHED_SQL_CHARS:
             parsed = _names_cached(sql, self.strict_comments)
         else:
             parsed = parse_select(
                 sql, position_offset=position_offset, strict_comments=self.strict_comments
             )
-        # Inline when it must be (and when background reads have failed for a minute more).
-        if (
-            self.catalog.unfit(parsed.functions)
-            or self.catalog.expired(factor=2)
-            or (self.catalog.expired() and self.connect is None)
-        ):
-            self._install(await SafetyCatalog.read(conn))
-        elif self.catalog.expired() and self._refreshing is None:
-            # A context of its own: the request that happens to start it must not be able to
-            # cancel it (the HTTP gateway cancels what a dropped request was running).
-            self._refreshing = asyncio.create_task(self._refresh(), context=contextvars.Context())
-        check_safety(parsed, self.catalog)
-
-    def _install(self, catalog: SafetyCatalog) -> None:
-        """Keep the newest: a slow background read must not replace a later inline one."""
-        if catalog.loaded_at >= self.catalog.loaded_at:
-            self.catalog = catalog
-
-    async def _refresh(self) -> None:
-        assert self.connect is not None
-        try:
-            async with self.connect() as conn:
-                self._install(await SafetyCatalog.read(conn))
-        except Exception:
-            logger.warning("refreshing the safety catalog failed; will retry", exc_info=True)
-        finally:
-            self._refreshing = None
-
-    async def close(self) -> None:
-        """Stop a background refresh (before the pool it uses goes away)."""
-        task = self._refreshing
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        plan = await self.state.plan(parsed.refs, conn)
+        refusal = plan.refusal
+        if refusal is None and plan.missing_types:
+            refusal = Refusal(
+                "unknown_object",
+                "uses a type the guard cannot find in the catalog",
+                (f"type {min(plan.missing_types)}",),
+            )
+        if refusal is not None:
+            raise WriteOperationDeniedError(
+                refusal.message,
+                suggestion=refusal.suggestion,
+                context={
+                    "rule": refusal.rule,
+                    "object": refusal.chain[0],
+                    "culprit": refusal.chain[-1],
+                    "via": list(refusal.chain),
+                },
+            )
 
     def where_clause(self, clause: str, from_sql: str) -> str:
         return check_where_clause(clause, from_sql, strict_comments=self.strict_comments)

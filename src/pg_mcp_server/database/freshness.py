@@ -1,0 +1,357 @@
+"""Keeping the guard's catalog facts current: one round trip per check.
+
+While nothing has committed anywhere since a statement's plan was last found current (the
+same snapshot), QUICK confirms it. Otherwise one statement on the caller's connection (CHECK)
+reports the search
+path, the trusted roles and a digest (row count and xmin sum) of exactly the catalog rows the
+verdict rests on: the functions, operators and types the statement reached or may resolve its
+names to, their domain constraints, aggregate and extension rows, every relation reached (its
+row, columns, rule, policies, defaults, children, indexes), what the relation names resolve to,
+and the user rows of the small catalogs (casts, operator classes and families, ranges). Any
+CREATE, ALTER, DROP or GRANT there adds, removes or replaces such a row: the digest differs,
+the facts are read again, and the verdict is made anew. When the digest matches, the facts are
+those PostgreSQL will use, up to commits in the moment between the check and the statement.
+On a database where something commits all the time, QUICK is skipped while that goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.database.catalog import SNAPSHOT
+from pg_mcp_server.database.closure import Plan, plan
+from pg_mcp_server.database.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
+from pg_mcp_server.database.safety import (
+    FIRST_USER_OID,
+    NOT_A_TABLE_ROW_TYPE,
+    RELATION_DIGEST,
+    SMALL_CATALOGS,
+    TRUSTED_ROLES,
+    USER_OID,
+    Catalog,
+    Function,
+    Operator,
+    Relations,
+    count_and_sum,
+    rows,
+    xmin,
+)
+from pg_mcp_server.database.sqlrefs import Refs
+from pg_mcp_server.errors import WriteOperationDeniedError
+
+logger = logging.getLogger(__name__)
+
+# Rounds of (read what changed, check again) before giving up on a catalog that keeps moving.
+MAX_ROUNDS = 8
+_PLANS = 512
+
+
+def _digest(xmins: Iterable[int | None]) -> str:
+    values = [x for x in xmins if x is not None]
+    return f"{len(values)}:{sum(values)}"
+
+
+def _sum(rows: str) -> str:
+    return f"(SELECT {count_and_sum('x')} FROM {rows})"
+
+
+def _arg(n: int, array_type: str) -> str:
+    """Parameter $n, hidden from the planner behind a subquery: the plan cannot depend on the
+    values, so after five executions PostgreSQL keeps one generic plan and stops planning this
+    long statement on every call. Names travel as text[]: asyncpg knows the types of text[] and
+    oid[] by heart, and would otherwise look name[] up with a query of its own (see
+    closure._driver_lookup)."""
+    sent = "text" if array_type == "name" else array_type
+    return f"((SELECT ${n}::pg_catalog.{sent}[])::pg_catalog.{array_type}[])"
+
+
+def _pairs(n: int, table: str, name: str, namespace: str, where: str = "") -> str:
+    """Rows of `table` (alias t) named by the (schema oid, name) pairs in $n and $n+1, one
+    index lookup each."""
+    return (
+        f"ROWS FROM (pg_catalog.unnest({_arg(n, 'oid')}), pg_catalog.unnest({_arg(n + 1, 'name')}))"
+        f" AS k(nsp, nm) CROSS JOIN LATERAL (SELECT t.oid, t.xmin FROM pg_catalog.{table} t"
+        f" WHERE t.{name} = k.nm AND t.{namespace} = k.nsp{where} OFFSET 0) t"
+    )
+
+
+# Rows initdb made never change (see FIRST_USER_OID): name lookups digest only the others.
+_USER_ROWS = f" AND t.oid >= {USER_OID}"
+_USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
+# (conrelid = 0, which domain constraints have, makes the lookup an index scan even for a
+# generic plan that must assume any contypid, 0 included.)
+_PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND t.deptype = 'e'"
+
+SEARCH_PATH = "SELECT pg_catalog.current_schemas(true)::pg_catalog.text[]"
+
+# The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
+# plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
+QUICK = f"""SELECT {SNAPSHOT} AS snapshot,
+    pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
+    pg_catalog.pg_is_in_recovery() AS standby"""
+
+
+def _each(n: int, table: str, column: str, where: str = "") -> str:
+    """Rows of `table` (alias t) whose `column` is one of the oids in $n, one index lookup
+    each: OFFSET 0 keeps the planner from flattening the lookup into a join, which a generic
+    plan, not knowing how many keys there are, may make a scan of the whole catalog."""
+    return (
+        f"pg_catalog.unnest({_arg(n, 'oid')}) AS k(o) CROSS JOIN LATERAL"
+        f" (SELECT k.o AS oid, t.xmin FROM pg_catalog.{table} t WHERE t.{column} = k.o{where}"
+        " OFFSET 0) t"
+    )
+
+
+def _objects(n: int, table: str, name: str, namespace: str, where: str) -> str:
+    """Rows of `table` by oid ($n) or by (schema, name) ($n+1, $n+2), each row once."""
+    return f"""(
+    SELECT t.oid, {xmin("t")} FROM {_each(n, table, "oid")}
+    UNION
+    SELECT t.oid, {xmin("t")} FROM {_pairs(n + 1, table, name, namespace, where)}) s(oid, x)"""
+
+
+_FUNCTION_ROWS = _objects(2, "pg_proc", "proname", "pronamespace", _USER_ROWS)
+_OPERATOR_ROWS = _objects(5, "pg_operator", "oprname", "oprnamespace", _USER_ROWS)
+_TYPE_ROWS = _objects(8, "pg_type", "typname", "typnamespace", _USER_TYPES)
+_AGGREGATE_ROWS = f"""(
+    SELECT {xmin("t")} FROM {_each(2, "pg_aggregate", "aggfnoid")}) s(x)"""
+_EXTENSION_ROWS = f"""(
+    SELECT {xmin("t")}
+    FROM {_each(2, "pg_depend", "objid", _PROC_EXTENSION)}) s(x)"""
+_DOMAIN_ROWS = f"""(
+    SELECT {xmin("t")}
+    FROM {_each(8, "pg_constraint", "contypid", " AND t.conrelid = 0::pg_catalog.oid")}) s(x)"""
+_RELATIONS = f"""ARRAY(
+    SELECT (SELECT {RELATION_DIGEST} FROM pg_catalog.pg_class c WHERE c.oid = k.oid)
+    FROM pg_catalog.unnest({_arg(11, "oid")}) WITH ORDINALITY AS k(oid, i) ORDER BY k.i)"""
+_NAMED = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(k.nsp::bigint, k.nm, t.oid::bigint))
+    FROM {_pairs(12, "pg_class", "relname", "relnamespace")})"""
+# Relations of the schemas a statement reads whole (schema_to_xml, database_to_xml: '*'):
+# lateral, so that for the usual empty list nothing is scanned.
+_IN_SCHEMA = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(s.nm, c.oid::bigint))
+    FROM pg_catalog.unnest({_arg(14, "text")}) AS s(nm)
+    CROSS JOIN LATERAL (
+        SELECT n.oid FROM pg_catalog.pg_namespace n
+        WHERE n.nspname = s.nm
+           OR (s.nm = '*' AND NOT pg_catalog.starts_with(n.nspname::pg_catalog.text, 'pg_')
+               AND n.nspname <> 'information_schema') OFFSET 0) n
+    CROSS JOIN LATERAL (
+        SELECT c.oid FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'm', 'v', 'p', 'f') OFFSET 0) c)"""
+
+CHECK = f"""
+SELECT {SNAPSHOT} AS snapshot,
+       pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
+       {TRUSTED_ROLES.replace("$1::pg_catalog.text[]", _arg(1, "text"))} AS trusted,
+       {SMALL_CATALOGS} AS small,
+       {_sum(_FUNCTION_ROWS)} AS functions,
+       {_sum(_AGGREGATE_ROWS)} AS aggregates,
+       {_sum(_EXTENSION_ROWS)} AS extensions,
+       {_sum(_OPERATOR_ROWS)} AS operators,
+       {_sum(_TYPE_ROWS)} AS types,
+       {_sum(_DOMAIN_ROWS)} AS domains,
+       {_RELATIONS} AS relations,
+       {_NAMED} AS named,
+       {_IN_SCHEMA} AS in_schema
+"""
+
+
+@dataclass
+class _Checked:
+    """A plan with the CHECK arguments and the answers that would mean "nothing changed"."""
+
+    plan: Plan
+    arguments: list[Any]
+    expected: dict[str, Any]
+    verified: str | None = None  # the snapshot at which CHECK last found it current
+
+
+@dataclass
+class GuardState:
+    """The catalog facts (`Catalog`, `Relations`), their judge, and statement plans."""
+
+    trusted_roles: tuple[str, ...] = ()
+    allow_foreign_tables: bool = False
+    judge: Judge = field(default_factory=lambda: Judge(Catalog()))
+    relations: Relations = field(default_factory=Relations)
+    _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
+    _generation: int = 0
+    _busy: bool = False  # the snapshot moved at the last check
+    # Sessions whose search path was found to search pg_catalog first.
+    _sessions: weakref.WeakSet[asyncpg.Connection] = field(default_factory=weakref.WeakSet)
+
+    async def plan(self, refs: Refs, conn: asyncpg.Connection) -> Plan:
+        """The plan of `refs`, made from facts the check has just found current."""
+        await self._search_path_first(conn)
+        reread_for_types = False
+        for _ in range(MAX_ROUNDS):
+            if not self.judge.catalog.loaded:
+                await self._reload(conn)
+            checked = self._checked(refs)
+            plan = checked.plan
+            if plan.missing_relations or plan.missing_types:
+                await self.relations.read(conn, plan.missing_relations, plan.missing_types)
+                if plan.missing_types - set(self.relations.by_row_type):
+                    if reread_for_types:  # a type nowhere: the guard refuses it
+                        return plan
+                    reread_for_types = True
+                    await self._reload(conn)
+                continue
+            if checked.verified is not None and not self._busy:
+                quick = await conn.fetchrow(QUICK)
+                assert quick is not None
+                if (
+                    quick["snapshot"] == checked.verified
+                    and quick["path"] == checked.expected["path"]
+                    and not quick["standby"]
+                ):
+                    return plan
+            row = await conn.fetchrow(CHECK, *checked.arguments)
+            assert row is not None
+            # Commits keep moving the snapshot: skip QUICK while that goes on.
+            self._busy = checked.verified is not None and row["snapshot"] != checked.verified
+            if await self._changed(row, checked, conn):
+                continue
+            checked.verified = row["snapshot"]
+            return plan
+        raise WriteOperationDeniedError(
+            "The database catalog kept changing while the query was checked.",
+            suggestion="Try again in a moment.",
+            context={"rule": "catalog_changing"},
+        )
+
+    async def _search_path_first(self, conn: asyncpg.Connection) -> None:
+        """Refuse a session whose search path puts a schema before pg_catalog: an object there
+        with a built-in's signature would take its place in every query, the guard's own and
+        the driver's. A session keeps its search path (RESET ALL restores the one it started
+        with), so each is asked once, by a statement with no operator in it."""
+        if conn in self._sessions:
+            return
+        path = await conn.fetchval(SEARCH_PATH)
+        first = next((s for s in path if not s.startswith("pg_temp")), "pg_catalog")
+        if first != "pg_catalog":
+            raise WriteOperationDeniedError(
+                f"The session's search_path puts {first!r} before pg_catalog: objects there "
+                "would take the place of PostgreSQL's own, also in the queries the server and "
+                "its driver run.",
+                suggestion="List pg_catalog first in the role's or database's search_path, or "
+                "leave it out (PostgreSQL then searches it first).",
+                context={"rule": "search_path", "search_path": list(path)},
+            )
+        self._sessions.add(conn)
+
+    async def _reload(self, conn: asyncpg.Connection) -> None:
+        self._generation += 1
+        catalog = await Catalog.read(conn, self.trusted_roles, self._generation)
+        if catalog.generation > self.judge.catalog.generation:  # keep the newest
+            judge = Judge(catalog, allow_foreign_tables=self.allow_foreign_tables)
+            # Which built-ins are clean depends only on the built-ins and on the user rows of
+            # the small catalogs (an operator family a superuser extended): reuse it.
+            if self.judge.catalog.loaded and catalog.small == self.judge.catalog.small:
+                judge.reuse_clean(self.judge)
+            self.judge = judge
+
+    def _checked(self, refs: Refs) -> _Checked:
+        key = (refs, self.judge.catalog.generation, self.relations.generation)
+        checked = self._plans.get(key)
+        if checked is None:
+            made = plan(self.judge, refs, self.relations)
+            checked = self._arguments(made)
+            if made.complete:
+                self._plans[key] = checked
+                while len(self._plans) > _PLANS:
+                    self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        return checked
+
+    def _arguments(self, plan: Plan) -> _Checked:
+        c = self.judge.catalog
+        lookups = plan.lookups
+        functions = plan.user_oids(FUNCTION)
+        operators = plan.user_oids(OPERATOR)
+        types = plan.user_oids(TYPE)
+        rels = [o for o in plan.user_oids(RELATION, ROW) if o in self.relations.by_oid]
+
+        def pairs(keys: set[tuple[int, str]]) -> tuple[list[int], list[str]]:
+            ordered = sorted(keys)
+            return [k[0] for k in ordered], [k[1] for k in ordered]
+
+        def named(objects: Iterable[Function | Operator], nsp: int) -> dict[int, int]:
+            return {o.oid: o.xmin for o in objects if o.schema == nsp and o.oid >= FIRST_USER_OID}
+
+        fn_rows = {oid: c.functions[oid].xmin for oid in functions if oid in c.functions}
+        for nsp, name in lookups.functions:
+            fn_rows |= named(c.functions_named.get(name, ()), nsp)
+        op_rows = {oid: c.operators[oid].xmin for oid in operators if oid in c.operators}
+        for nsp, name in lookups.operators:
+            op_rows |= named(c.operators_named.get(name, ()), nsp)
+        type_rows = {oid: c.types[oid].xmin for oid in types if oid in c.types}
+        for key in lookups.types:
+            typ = c.types_named.get(key)
+            if typ is not None and typ.oid >= FIRST_USER_OID:
+                type_rows[typ.oid] = typ.xmin
+        known = [c.functions[o] for o in functions if o in c.functions]
+        expected = {
+            "path": list(c.path_names),
+            "trusted": list(c.trusted_roles),
+            "small": c.small,
+            "functions": _digest(fn_rows.values()),
+            "aggregates": _digest(f.aggregate_xmin for f in known),
+            "extensions": _digest(f.extension_xmin for f in known),
+            "operators": _digest(op_rows.values()),
+            "types": _digest(type_rows.values()),
+            "domains": _digest(x for t in types for _, x in c.domain_checks.get(t, ())),
+            "relations": [self.relations.by_oid[o].digest for o in rels],
+        }
+        arguments = [
+            list(c.trusted_names),
+            functions,
+            *pairs(lookups.functions),
+            operators,
+            *pairs(lookups.operators),
+            types,
+            *pairs(lookups.types),
+            rels,
+            *pairs(lookups.relations),
+            sorted(lookups.schemas),
+        ]
+        return _Checked(plan, arguments, expected)
+
+    async def _changed(
+        self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection
+    ) -> bool:
+        """Bring the facts up to date with what CHECK found; True when anything moved."""
+        expected = checked.expected
+        catalog_parts = [k for k in expected if k != "relations" and row[k] != expected[k]]
+        if catalog_parts:
+            logger.debug("guard: catalog changed (%s); reading it again", ", ".join(catalog_parts))
+            await self._reload(conn)
+            return True
+        rels, rel_schemas, rel_names, schemas = checked.arguments[10:14]
+        stale = {
+            oid
+            for oid, now, then in zip(rels, row["relations"], expected["relations"], strict=True)
+            if now != then
+        }
+        named: dict[tuple[int, str], set[int]] = {
+            key: set() for key in zip(rel_schemas, rel_names, strict=True)
+        }
+        for nsp, name, oid in rows(row["named"]):
+            named[(nsp, name)].add(oid)
+        in_schema: dict[str, set[int]] = {schema: set() for schema in schemas}
+        for schema, oid in rows(row["in_schema"]):
+            in_schema[schema].add(oid)
+        moved = self.relations.resolved(named, in_schema)
+        if stale:
+            await self.relations.read(conn, stale, set())
+        return moved or bool(stale)
