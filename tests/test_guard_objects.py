@@ -504,7 +504,8 @@ async def test_safe_view_is_sampled(client: Client) -> None:
     out = await call(
         client, "get_sample_rows", schema_name="planter", table_name="safe_view", limit=5
     )
-    assert [r["id"] for r in out["rows"]] == [1, 2]
+    column = out["columns"].index("id")
+    assert [row[column] for row in out["rows"]] == [1, 2]
 
 
 async def test_xml_of_a_safe_view_is_checked_not_refused(bed: Bed, client: Client) -> None:
