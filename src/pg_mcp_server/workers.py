@@ -72,8 +72,9 @@ def _uvicorn(
     from pg_mcp_server.gateway import http_app
 
     srv = settings.server
+    app = http_app(settings, role_warnings)
     config = uvicorn.Config(
-        http_app(settings, role_warnings),
+        app,
         host=srv.host,
         port=srv.port,
         log_config=None,  # ours (logs.py)
@@ -85,6 +86,7 @@ def _uvicorn(
     if signals is None:
         server.run(sockets=sockets)
         return
+    signals.on_hangup = app.on_hangup  # (one worker: SIGHUP reaches this process)
     with signals.forwarding(lambda signum: server.handle_exit(signum, None)):
         server.run(sockets=sockets)
 

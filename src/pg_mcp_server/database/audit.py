@@ -26,7 +26,8 @@ SELECT current_user AS role,
        (SELECT count(*) FROM pg_catalog.pg_class c
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
         WHERE c.relkind IN ('r', 'p')
-          AND n.nspname <> 'information_schema' AND n.nspname !~ '^pg_'
+          AND n.nspname OPERATOR(pg_catalog.<>) 'information_schema'
+          AND n.nspname OPERATOR(pg_catalog.!~) '^pg_'
           AND pg_catalog.has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
            AS writable_tables
 FROM pg_catalog.pg_roles r
