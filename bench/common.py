@@ -1,0 +1,60 @@
+"""Shared by the bench scripts: timing, peak memory, and what a run ran on."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def summary(samples_ms: list[float]) -> str:
+    """'median / p95' in ms; p95 by the nearest-rank method."""
+    ordered = sorted(samples_ms)
+    p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)]
+    return f"{statistics.median(ordered):.1f} / {p95:.1f}"
+
+
+async def timed(
+    call: Callable[[], Awaitable[Any]], *, warmup: int, runs: int, budget_s: float
+) -> tuple[float, list[float]]:
+    """The first call's ms, then `warmup` untimed calls and up to `runs` timed ones (ms). The
+    timed loop stops once it has taken `budget_s`, after at least three calls."""
+    start = time.perf_counter_ns()
+    await call()
+    first = (time.perf_counter_ns() - start) / 1e6
+    for _ in range(warmup):
+        await call()
+    samples: list[float] = []
+    deadline = time.monotonic() + budget_s
+    while len(samples) < runs and (len(samples) < 3 or time.monotonic() < deadline):
+        start = time.perf_counter_ns()
+        await call()
+        samples.append((time.perf_counter_ns() - start) / 1e6)
+    return first, samples
+
+
+def vmhwm_mib() -> float:
+    """This process's peak resident set size (the kernel's VmHWM), in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def header() -> str:
+    """The commit measured (with '+dirty' for uncommitted changes in src/) and the load."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    dirty = "+dirty" if git("status", "--porcelain", "src") else ""
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"commit {git('rev-parse', '--short', 'HEAD')}{dirty}, load average {load}"
