@@ -4,7 +4,8 @@ Fills two tables with the same 8 columns of mixed types on a throwaway PostgreSQ
 each case in a fresh Python process (`--child`), so that the kernel's peak resident set size of
 that process (VmHWM) is the case's own: the server in process through
 `mcp.Client(build_server(settings))`, client and server together, default settings. The child
-times the first call, WARMUP untimed and RUNS timed calls (median / p95). Afterwards the
+times the first call, WARMUP untimed and RUNS timed calls (median / p95) without the client's
+output-schema check (common.call_tool), then RUNS // 3 with it (`Client.call_tool`). Then the
 table's sequential-scan counters (flushed when the child's backends exit) show how many rows
 PostgreSQL read per call: limit + 1 if the server stops early.
 
@@ -20,8 +21,9 @@ import sys
 import time
 
 import asyncpg
-from common import header, summary, timed, vmhwm_mib
+from common import call_tool, header, summary, timed, vmhwm_mib
 from mcp import Client
+from mcp_types import CallToolResult
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.embedded import EmbeddedPostgres
@@ -51,18 +53,24 @@ SEQ_TUP_READ = "SELECT seq_tup_read FROM pg_stat_user_tables WHERE relname = $1"
 
 async def child(dsn: str, sql: str) -> None:
     """One case in this fresh process; prints one JSON line."""
-    answers = []
+    answers: list[CallToolResult] = []  # the last only: kept answers would count in VmHWM
+    arguments = {"sql": sql, "limit": LIMIT}
     async with Client(build_server(Settings.load(database={"dsn": dsn}))) as client:
 
-        async def call() -> None:
-            answers.append(await client.call_tool("execute_query", {"sql": sql, "limit": LIMIT}))
+        async def server_side() -> None:
+            answers[:] = [await call_tool(client, "execute_query", arguments)]
 
-        first, samples = await timed(call, warmup=WARMUP, runs=RUNS, budget_s=120)
+        async def checked() -> None:
+            answers[:] = [await client.call_tool("execute_query", arguments)]
+
+        first, samples = await timed(server_side, warmup=WARMUP, runs=RUNS, budget_s=60)
+        _, with_check = await timed(checked, warmup=0, runs=RUNS // 3, budget_s=30)
     last = answers[-1]
     facts = last.structured_content or {}
     text = "".join(getattr(block, "text", "") for block in last.content)
     assert not last.is_error, text[:300]
-    print(json.dumps({"first": first, "samples": samples, "calls": len(answers),
+    calls = 2 + WARMUP + len(samples) + len(with_check)
+    print(json.dumps({"first": first, "samples": samples, "checked": with_check, "calls": calls,
                       "rows": facts.get("row_count"), "has_more": facts.get("has_more"),
                       "text_bytes": len(text.encode()), "vmhwm_mib": vmhwm_mib()}))  # fmt: skip
 
@@ -107,8 +115,10 @@ def main() -> None:
         dsn = pg.create_database("rows")
         asyncio.run(fill(dsn))
         print(f"\n{header()}\n")
-        print("| query | first call (ms) | median / p95 ms (timed calls) | rows, has_more | text "
-              "| rows read per call | peak RSS of the process |\n" + "|---" * 7 + "|")  # fmt: skip
+        print(
+            "| query | first call (ms) | median / p95 ms (timed calls) | with the client's "
+            "check | rows, has_more | text | rows read per call | peak RSS |\n" + "|---" * 8 + "|"
+        )
         for table in ("", *TABLES):
             sql = f"SELECT * FROM {table}" if table else "SELECT 1"
             if table:
@@ -118,7 +128,8 @@ def main() -> None:
             r = json.loads(out.stdout.splitlines()[-1])
             read = f"{asyncio.run(rows_read(dsn, table)) / r['calls']:,.0f}" if table else "-"
             print(f"| `{sql}` | {r['first']:.0f} | {summary(r['samples'])} ({len(r['samples'])}) "
-                  f"| {r['rows']:,}, {r['has_more']} | {r['text_bytes'] / 1e6:.2f} MB | {read} "
+                  f"| {summary(r['checked'])} ({len(r['checked'])}) | {r['rows']:,}, "
+                  f"{r['has_more']} | {r['text_bytes'] / 1e6:.2f} MB | {read} "
                   f"| {r['vmhwm_mib']:.0f} MiB |", flush=True)  # fmt: skip
         print(f"\n{header()}")
 

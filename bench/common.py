@@ -1,4 +1,4 @@
-"""Shared by the bench scripts: timing, peak memory, and what a run ran on."""
+"""Shared by the bench scripts: calls, timing, peak memory, and what a run ran on."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+from mcp import Client
+from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,6 +40,14 @@ async def timed(
         await call()
         samples.append((time.perf_counter_ns() - start) / 1e6)
     return first, samples
+
+
+async def call_tool(client: Client, name: str, arguments: dict[str, Any]) -> CallToolResult:
+    """tools/call through the session's public send_request, which skips the client's check of
+    the result against the tool's output schema (`Client.call_tool` runs it): what the server
+    spends. That check costs the client as much again for a large answer."""
+    request = CallToolRequest(params=CallToolRequestParams(name=name, arguments=arguments))
+    return await client.session.send_request(request, CallToolResult)
 
 
 def vmhwm_mib() -> float:
