@@ -14,6 +14,16 @@ from mcp import Client
 from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGILA = ROOT.parent / "shared" / "datasets" / "pagila"
+
+
+def load_pagila(dsn: str) -> None:
+    """Pagila's schema and data through psql, then VACUUM ANALYZE."""
+    files = [arg for f in ("pagila-schema.sql", "pagila-data.sql") for arg in ("-f", PAGILA / f)]
+    subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, *files, "-c", "VACUUM ANALYZE"],
+        check=True, stdout=subprocess.DEVNULL, timeout=300,
+    )  # fmt: skip
 
 
 def summary(samples_ms: list[float]) -> str:

@@ -249,7 +249,9 @@ def fdw_options(dsn: str, remote_db: str) -> tuple[str, str]:
     host = query.get("host") or parts.hostname or "localhost"
     port = query.get("port") or str(parts.port or 5432)
     server = f"host {_literal(host)}, port {_literal(port)}, dbname {_literal(remote_db)}"
-    mapping = f"user {_literal(unquote(parts.username or 'postgres'))}"
+    # password_required off (a superuser's option): the planter's view reaches the foreign
+    # table as the planter, and PostgreSQL 15 asks a non-superuser's mapping for a password.
+    mapping = f"user {_literal(unquote(parts.username or 'postgres'))}, password_required 'false'"
     if parts.password:
         mapping += f", password {_literal(unquote(parts.password))}"
     return server, mapping

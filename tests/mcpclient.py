@@ -32,6 +32,15 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     return result.structured_content
 
 
+def records(out: dict[str, Any]) -> list[dict[str, Any]]:
+    """A result's rows as one dict per row, from arrays under a columns header (names, or
+    objects with a name) or rows that are dicts already."""
+    names = [c if isinstance(c, str) else c["name"] for c in out["columns"]]
+    return [
+        row if isinstance(row, dict) else dict(zip(names, row, strict=True)) for row in out["rows"]
+    ]
+
+
 async def call_error(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     """A failed call's PRD error body (ErrorResponse), checked for shape."""
     result = await client.call_tool(tool, arguments)
@@ -62,8 +71,3 @@ async def execute(dsn: str, script: str) -> None:
         await conn.execute(script)
     finally:
         await conn.close()
-
-
-def sample_records(out: dict[str, Any]) -> list[dict[str, Any]]:
-    """get_sample_rows' rows (arrays in `columns` order) as one dict per row."""
-    return [dict(zip(out["columns"], row, strict=True)) for row in out["rows"]]

@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
-from mcpclient import call, call_error, connect, execute, fetch, sample_records
+from mcpclient import call, call_error, connect, execute, fetch, records
 
 from pg_mcp_server.database import catalog
 
@@ -65,7 +65,7 @@ async def edge_dsn(scratch_dsn: str) -> AsyncIterator[str]:
 async def test_types_serialize_without_losing_meaning(edge_dsn: str) -> None:
     async with connect(edge_dsn) as client:
         out = await call(client, "get_sample_rows", table_name="types_t")
-    first, second = sample_records(out)
+    first, second = records(out)
     assert first["big"] == "12345678901234567890.1234567890"  # too precise for a float
     assert second["big"] == 0.5 and second["plain"] == 1.25
     assert first["plain"] == "NaN" and first["f"] == "Infinity"
@@ -91,7 +91,7 @@ async def test_types_serialize_without_losing_meaning(edge_dsn: str) -> None:
 async def test_redaction_can_be_turned_off(edge_dsn: str) -> None:
     async with connect(edge_dsn, redact_sensitive_columns=False) as client:
         out = await call(client, "get_sample_rows", table_name="types_t", columns=["api_token"])
-    assert sample_records(out)[0]["api_token"] == "tok-123"
+    assert records(out)[0]["api_token"] == "tok-123"
     assert "redacted" not in out["note"]
 
 
@@ -130,7 +130,7 @@ async def test_quoted_non_ascii_names(edge_dsn: str) -> None:
             schema_name="Ünï Schema",
             where_clause="\"naïve col\" = 'ça va'",
         )
-        assert sample_records(rows) == [{"Id": 1, "naïve col": "ça va"}]
+        assert records(rows) == [{"Id": 1, "naïve col": "ça va"}]
         body = await call_error(
             client, "describe_table", table_name="mixedcase", schema_name="Ünï Schema"
         )
@@ -146,7 +146,7 @@ async def test_table_without_primary_key_never_analyzed(edge_dsn: str) -> None:
     assert out["row_count"] == 3
     assert "no primary key" in out["note"]
     assert "text longer than 500 characters is cut" in out["note"]
-    assert any(r["note"].endswith("more characters]") for r in sample_records(out))
+    assert any(r["note"].endswith("more characters]") for r in records(out))
 
 
 async def test_views_materialized_views_and_foreign_tables(edge_dsn: str) -> None:
@@ -192,7 +192,7 @@ async def test_randomized_sample_of_a_large_table_uses_tablesample(edge_dsn: str
         )
         # A selective filter defeats the block sample; the full scan still finds the rows.
         assert filtered["row_count"] == 5
-        assert all(r["id"] < 20 for r in sample_records(filtered))
+        assert all(r["id"] < 20 for r in records(filtered))
 
 
 async def test_leave_out_indexes_and_constraints(edge_dsn: str) -> None:

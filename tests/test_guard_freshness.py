@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 from guardbed import planter_role
 from mcp import Client
-from mcpclient import call, call_error, connect, execute, fetch
+from mcpclient import call, call_error, connect, execute, fetch, records
 
 SETUP = """
 CREATE ROLE {role} NOLOGIN;
@@ -62,7 +62,7 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
 
     async with connect(dsn) as client:
         view = "SELECT x FROM planter.fresh_v"
-        assert (await call(client, "execute_query", sql=view))["rows"] == [{"x": 1}]
+        assert records(await call(client, "execute_query", sql=view)) == [{"x": 1}]
 
         # CREATE OR REPLACE of a function the guard has seen, then put right again.
         await execute(
@@ -76,13 +76,13 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
             "CREATE OR REPLACE FUNCTION public.fresh() RETURNS int STABLE LANGUAGE sql "
             "AS 'SELECT 1'",
         )
-        assert (await call(client, "execute_query", sql=view))["rows"] == [{"x": 1}]
+        assert records(await call(client, "execute_query", sql=view)) == [{"x": 1}]
 
         # ALTER FUNCTION ... VOLATILE, and back.
         await execute(dsn, "ALTER FUNCTION public.fresh() VOLATILE")
         await refused(client, view, "volatile_function", "public.fresh")
         await execute(dsn, "ALTER FUNCTION public.fresh() STABLE")
-        assert (await call(client, "execute_query", sql=view))["rows"] == [{"x": 1}]
+        assert records(await call(client, "execute_query", sql=view)) == [{"x": 1}]
 
         # A new operator, for a statement PostgreSQL refused a moment ago.
         body = await call_error(client, "execute_query", sql="SELECT 1 <~> 2")
@@ -97,7 +97,7 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
 
         # A new implicit cast to a type the statement reads.
         boxes = "SELECT count(*) AS n FROM planter.boxes"
-        assert (await call(client, "execute_query", sql=boxes))["rows"] == [{"n": 1}]
+        assert records(await call(client, "execute_query", sql=boxes)) == [{"n": 1}]
         await as_planter(
             "CREATE FUNCTION planter.box(int) RETURNS planter.boxed IMMUTABLE LANGUAGE sql "
             "AS 'SELECT ROW($1)::planter.boxed WHERE planter.effect($1)'; "
@@ -107,7 +107,7 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
 
         # A CHECK added to a domain a table uses.
         domains = "SELECT v FROM planter.ds"
-        assert (await call(client, "execute_query", sql=domains))["rows"] == [{"v": 1}]
+        assert records(await call(client, "execute_query", sql=domains)) == [{"v": 1}]
         await as_planter(
             "ALTER DOMAIN planter.d ADD CONSTRAINT c CHECK (planter.effect(VALUE)) NOT VALID"
         )
@@ -115,7 +115,7 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
 
         # A column moved to that domain without a table rewrite (pg_class stays as it was).
         nums = "SELECT n FROM public.nums ORDER BY n"
-        assert (await call(client, "execute_query", sql=nums))["rows"] == [{"n": 1}, {"n": 2}]
+        assert records(await call(client, "execute_query", sql=nums)) == [{"n": 1}, {"n": 2}]
         await execute(dsn, "ALTER TABLE public.nums ALTER n TYPE planter.d")
         await refused(client, nums, "untrusted_owner", "planter.effect")
 
@@ -128,7 +128,7 @@ async def test_trusted_roles_setting_trusts_that_roles_functions(
     async with connect(dsn) as client:
         await refused(client, sql, "untrusted_owner", "planter.double")
     async with connect(dsn, trusted_roles=f"other, {role}") as client:
-        assert (await call(client, "execute_query", sql=sql))["rows"] == [{"v": 42}]
+        assert records(await call(client, "execute_query", sql=sql)) == [{"v": 42}]
         # Trust covers the marking, not what the function reaches.
         await refused(client, "SELECT planter.effect(1)", "refused_function", "pg_current")
 

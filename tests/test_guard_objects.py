@@ -31,7 +31,7 @@ from guardbed import (
     planter_role,
 )
 from mcp import Client
-from mcpclient import call, call_error, connect, execute
+from mcpclient import call, call_error, connect, execute, records
 from pgbed import PgServer, server_features
 from test_query_corpus import held_client
 
@@ -483,7 +483,7 @@ async def test_the_same_kinds_from_safe_parts_are_served(
 ) -> None:
     out = await call(client, "execute_query", sql=sql)
     if rows is not None:
-        assert out["rows"] == rows
+        assert records(out) == rows
     plan = await call(client, "explain_query", sql=sql)
     assert plan["plan"]
 
@@ -494,7 +494,7 @@ async def test_crosstab_of_constant_safe_sql_is_served(bed: Bed, client: Client)
         "AS ct(r text, c text)"
     )
     if bed.tablefunc:
-        assert (await call(client, "execute_query", sql=sql))["rows"] == [{"r": "r", "c": "v"}]
+        assert records(await call(client, "execute_query", sql=sql)) == [{"r": "r", "c": "v"}]
     else:  # PostgreSQL: no such function
         body = await call_error(client, "execute_query", sql=sql)
         assert body["error"]["code"] == "INVALID_SQL", body
@@ -504,8 +504,7 @@ async def test_safe_view_is_sampled(client: Client) -> None:
     out = await call(
         client, "get_sample_rows", schema_name="planter", table_name="safe_view", limit=5
     )
-    column = out["columns"].index("id")
-    assert [row[column] for row in out["rows"]] == [1, 2]
+    assert [r["id"] for r in records(out)] == [1, 2]
 
 
 async def test_xml_of_a_safe_view_is_checked_not_refused(bed: Bed, client: Client) -> None:
@@ -531,7 +530,7 @@ async def test_unqualified_name_refusal_says_how_to_qualify(client: Client) -> N
 async def test_foreign_tables_are_read_when_allowed(bed: Bed) -> None:
     async with connect(bed.dsn, allow_foreign_tables=True) as allowed:
         out = await call(allowed, "execute_query", sql="SELECT id FROM planter.remote_plain")
-        assert sorted(r["id"] for r in out["rows"]) == [1, 2]
+        assert sorted(r["id"] for r in records(out)) == [1, 2]
 
 
 DEEP = [

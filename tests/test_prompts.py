@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcpclient import call, connect, execute
+from mcpclient import call, connect, execute, records
 
 PROMPTS = {"explore-database", "analyze-table", "write-query", "generate-report", "find-data"}
 LAYERS = ["list_schemas", "list_tables", "describe_table", "get_foreign_keys", "execute_query"]
@@ -74,7 +74,7 @@ async def test_suggested_calls_and_sql_run_as_written(scratch_dsn: str) -> None:
         sql = re.search(r"^\s*(SELECT count\(\*\) AS row_count FROM .+)$", text, re.M)
         assert sql and sql[1].endswith('FROM "Sales Data"."Order ""Items"""')
         counted = await call(client, "execute_query", sql=sql[1])
-        assert counted["rows"] == [{"row_count": 2}]
+        assert records(counted) == [{"row_count": 2}]
         described = re.search(r"describe_table (\{.*\}):", text)
         assert described
         table = await call(client, "describe_table", **json.loads(described[1]))

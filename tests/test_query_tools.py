@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -18,8 +20,8 @@ from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database.engine import Database, fetch_page
-from pg_mcp_server.database.queries import fetch_upto
+from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.queries import Shapes, fetch_rows
 from pg_mcp_server.errors import ParameterError
 
 SETUP = r"""
@@ -63,21 +65,22 @@ async def test_rows_columns_and_types(qdsn: str) -> None:
     ]
     types = {c["name"]: c["data_type"] for c in out["columns"]}
     assert types["id"] == "integer" and types["tags"] == "text[]" and types["at"] == "timestamptz"
-    assert out["rows"][0]["price"] == 1.5 and out["rows"][1]["tags"] == ["t2"]
-    assert out["rows"][0]["iv"] == "1 mon" and out["rows"][0]["nan"] == "NaN"
-    assert base64.b64decode(out["rows"][0]["b"]) == b"\x00\xff"
+    first, second = out["rows"]
+    assert first[:4] == [1, "item 1", 1.5, ["t1"]] and second[3] == ["t2"]
+    assert first[5] == "1 mon" and first[7] == "NaN"
+    assert base64.b64decode(first[6]) == b"\x00\xff"
     assert out["row_count"] == 2 and out["has_more"] is False
     assert len(out["query_hash"]) == 16 and out["execution_time_ms"] >= 0
 
 
-async def test_limit_and_has_more_without_rewriting_the_query(qdsn: str) -> None:
+async def test_limit_and_has_more(qdsn: str) -> None:
     async with connect(qdsn) as client:
         out = await call(client, "execute_query", sql="SELECT id FROM items ORDER BY id", limit=5)
-        assert [r["id"] for r in out["rows"]] == [1, 2, 3, 4, 5]
+        assert out["rows"] == [[1], [2], [3], [4], [5]]
         assert out["has_more"] is True and "more rows exist" in out["note"]
         exact = await call(client, "execute_query", sql="SELECT id FROM items LIMIT 5", limit=5)
         assert exact["has_more"] is False
-        # A cursor reads only what it returns: the 900 million rows of this cross join are
+        # The row limit reaches the statement: the 900 million rows of this cross join are
         # never produced (a set-returning function in FROM would be materialised whole by
         # PostgreSQL itself, so a join is the honest test).
         huge = await call(
@@ -109,8 +112,9 @@ async def test_duplicate_names_and_redaction(qdsn: str) -> None:
             "execute_query",
             sql="SELECT a.id, b.id, a.api_secret FROM accounts a, accounts b",
         )
-    assert out["rows"] == [{"id": 1, "id_2": 1, "api_secret": "[REDACTED]"}]
-    assert "redacted sensitive columns: api_secret" in out["note"]
+    assert [c["name"] for c in out["columns"]] == ["id", "id", "api_secret"]
+    assert out["rows"] == [[1, 1, "[REDACTED]"]]
+    assert out["note"] == "redacted sensitive columns: api_secret"
 
 
 PARAM_CASES: list[tuple[str, Any, Any]] = [
@@ -141,7 +145,7 @@ PARAM_CASES: list[tuple[str, Any, Any]] = [
 async def test_parameter_types_round_trip(qdsn: str, sql: str, value: Any, expected: Any) -> None:
     async with connect(qdsn) as client:
         out = await call(client, "execute_query", sql=sql, params=[value])
-    assert out["rows"] == [{"v": expected}]
+    assert out["rows"] == [[expected]]
 
 
 @pytest.mark.parametrize(
@@ -170,7 +174,7 @@ async def test_timeout_is_prompt_and_the_connection_is_reused(qdsn: str) -> None
         body = await call_error(client, "execute_query", sql="SELECT pg_sleep(10)", timeout_ms=300)
         assert body["error"]["code"] == "QUERY_TIMEOUT"
         assert body["error"]["context"]["timeout_ms"] == 300
-        assert (await call(client, "execute_query", sql="SELECT 1 AS x"))["rows"] == [{"x": 1}]
+        assert (await call(client, "execute_query", sql="SELECT 1 AS x"))["rows"] == [[1]]
 
 
 async def test_callers_cannot_raise_the_server_timeout(qdsn: str) -> None:
@@ -203,7 +207,7 @@ async def test_cancelled_call_cancels_the_backend_query(qdsn: str) -> None:
                 break
             await asyncio.sleep(0.1)
         assert await _backends(qdsn, "active") == []
-        assert (await call(client, "execute_query", sql="SELECT 2 AS x"))["rows"] == [{"x": 2}]
+        assert (await call(client, "execute_query", sql="SELECT 2 AS x"))["rows"] == [[2]]
 
 
 async def test_connections_are_reset_before_reuse(qdsn: str) -> None:
@@ -231,10 +235,11 @@ async def test_connections_are_reset_before_reuse(qdsn: str) -> None:
         await db.dispose()
 
 
-async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn: str) -> None:
-    """The backstop behind the guard: user SQL runs in BEGIN READ ONLY (read_only()), our own
-    catalog statements in a session whose every transaction is READ ONLY (catalog()); neither
-    can be switched to read-write from inside, or for the next user of the connection."""
+async def test_every_way_of_using_a_connection_refuses_writes_past_the_guard(qdsn: str) -> None:
+    """The backstop behind the guard: SQL a caller wrote runs read-only, alone in the session's
+    implicit read-only transaction (read_only()), or in BEGIN READ ONLY (read_only(explicit)
+    or with a lower timeout); our own statements likewise (session()). None can be switched to
+    read-write from inside, or for the next user of the connection."""
     settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
     db = Database(settings.database)
     writes = (
@@ -243,74 +248,53 @@ async def test_both_ways_of_using_a_connection_refuse_writes_past_the_guard(qdsn
         "SELECT set_config('transaction_read_only', 'off', true), "
         "(SELECT count(*) FROM public.items)",
     )
+    uses: tuple[Callable[[], AbstractAsyncContextManager[asyncpg.Connection]], ...] = (
+        db.read_only,
+        lambda: db.read_only(explicit=True),
+        lambda: db.read_only(timeout_ms=5000),
+        db.session,
+    )
     try:
-        for use in (db.read_only, db.catalog):
+        for use in uses:
             for sql in writes:
                 async with use() as conn:
                     with pytest.raises(asyncpg.PostgresError):
                         await conn.execute(sql)
             async with use() as conn:
+                # Bypassing the guard on purpose: the reset undoes it before the next use.
                 await conn.execute("SET default_transaction_read_only = off")
-                if use == db.read_only:
-                    await conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
-        async with db.catalog() as conn:
-            assert await conn.fetchval("SHOW transaction_read_only") == "on"
-            with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
-                await conn.execute("DELETE FROM public.items")
+                await conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+            async with db.session() as conn:
+                assert await conn.fetchval("SHOW transaction_read_only") == "on"
+                with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+                    await conn.execute("DELETE FROM public.items")
     finally:
         await db.dispose()
     assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000
 
 
-async def test_a_query_runs_inside_the_explicit_read_only_transaction(qdsn: str) -> None:
-    """execute_query sends BEGIN READ ONLY; SET LOCAL ... in the same flight as the statement.
-    SET LOCAL has no effect outside a transaction block, so seeing its value proves the block
-    is open."""
-    padding = "x" * 16000  # past asyncpg's 15 KiB cacheable size (still a named statement)
+async def test_a_lower_timeout_runs_the_query_in_an_explicit_transaction(qdsn: str) -> None:
+    """A caller's lower timeout_ms is a SET LOCAL in BEGIN READ ONLY (SET LOCAL has no effect
+    outside a transaction block, so seeing its value proves the block is open); without one,
+    the query runs alone under the session's timeout."""
+    padding = "x" * 16000  # a long statement is prepared and kept like a short one
     queries = (
-        "SELECT current_setting('statement_timeout') AS t",
-        f"SELECT current_setting('statement_timeout') AS t, length('{padding}') AS n",
+        "SELECT current_setting('statement_timeout') AS t, "
+        "current_setting('transaction_read_only') AS ro",
+        f"SELECT current_setting('statement_timeout') AS t, "
+        f"current_setting('transaction_read_only') AS ro, length('{padding}') AS n",
     )
     async with connect(qdsn) as client:
         for sql in queries:
-            for timeout_ms in (1234, 2345, None):
+            for timeout_ms in (1234, 2345, None, 30000):
                 body = await call(client, "execute_query", sql=sql, timeout_ms=timeout_ms)
-                assert body["rows"][0]["t"] == (f"{timeout_ms}ms" if timeout_ms else "30s")
+                expected = f"{timeout_ms}ms" if timeout_ms and timeout_ms < 30000 else "30s"
+                assert body["rows"][0][:2] == [expected, "on"]
         for sql in queries:  # and what PostgreSQL refuses leaves the next call unharmed
             body = await call_error(client, "execute_query", sql=sql + " FROM nowhere")
             assert body["error"]["code"] == "TABLE_NOT_FOUND"
             body = await call(client, "execute_query", sql=sql, timeout_ms=1500)
-            assert body["rows"][0]["t"] == "1500ms"
-
-
-async def test_a_deferred_begin_still_refuses_writes_past_the_guard(qdsn: str) -> None:
-    """The backstop with the BEGIN sent alongside the statement (Database.run's way)."""
-    settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
-    db = Database(settings.database)
-    try:
-        for sql in (
-            "INSERT INTO public.items VALUES (-1, 'x', 1, NULL) RETURNING id",
-            "SELECT set_config('transaction_read_only', 'off', true), "
-            "(SELECT count(*) FROM public.items)",
-        ):
-            async with db.read_only(deferred=True) as conn:
-                stmt = await conn._prepare(sql, use_cache=True)
-                with pytest.raises(asyncpg.PostgresError):
-                    await fetch_page(conn, stmt, [], 10)
-        async with db.read_only(deferred=True) as conn:
-            stmt = await conn._prepare("SELECT pg_backend_pid()", use_cache=True)
-            await fetch_page(conn, stmt, [], 1)
-            assert conn.is_in_transaction()
-            assert await conn.fetchval("SHOW transaction_read_only") == "on"
-        # The unnamed statement (which a BEGIN in the same flight would replace) gets the
-        # BEGIN in a round trip of its own, and is parsed again after it.
-        async with db.read_only(timeout_ms=1717, deferred=True) as conn:
-            stmt = await conn._prepare("SELECT current_setting('statement_timeout')", name=False)
-            assert stmt._state.name == ""
-            assert [tuple(r) for r in await fetch_page(conn, stmt, [], 2)] == [("1717ms",)]
-    finally:
-        await db.dispose()
-    assert (await fetch(qdsn, "SELECT count(*) AS n FROM items"))[0]["n"] == 30000
+            assert body["rows"][0][0] == "1500ms"
 
 
 async def _no_session_left_in_a_transaction(dsn: str) -> None:
@@ -323,33 +307,37 @@ async def _no_session_left_in_a_transaction(dsn: str) -> None:
 
 
 async def test_a_cancelled_or_refused_call_never_leaves_a_transaction_open(qdsn: str) -> None:
-    """The BEGIN that goes with a statement is only seen as open once its Sync is answered: a
-    call cancelled in between, or a parameter the driver refuses after the BEGIN is written,
-    must still leave the session rolled back (or dropped), never idle in a transaction."""
+    """A call cancelled at any point (inside BEGIN, the statement, or in between), or refused
+    for a parameter before anything ran, leaves the session rolled back (or dropped), never
+    idle in a transaction."""
     settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
     db = Database(settings.database)
+    shapes = Shapes()
 
-    def work(conn: asyncpg.Connection) -> Any:
-        return fetch_upto(conn, "SELECT count(*) FROM items", None, 2)
+    def work(sql: str, params: list[Any] | None = None) -> Any:
+        return lambda conn: fetch_rows(
+            conn, db, shapes, sql, params, limit=2, max_bytes=10_000, sensitive=None
+        )
 
+    count = work("SELECT count(*) FROM items")
     try:
-        await db.run(work)
+        await db.run(count)
         for i in range(40):
-            task = asyncio.create_task(db.run(work))
+            timeout = 5000 if i % 2 else None  # with and without the explicit BEGIN
+            task = asyncio.create_task(db.run(count, timeout))
             for _ in range(i % 8 + 1):
                 await asyncio.sleep(0)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             await asyncio.sleep(0.05)  # the background reset
             await _no_session_left_in_a_transaction(qdsn)
-            async with db.catalog() as conn:
+            async with db.session() as conn:
                 assert not conn.is_in_transaction()
         with pytest.raises(ParameterError):
-            await db.run(lambda conn: fetch_upto(conn, "SELECT $1::int4", [2**40], 2))
+            await db.run(work("SELECT $1::int4", [2**40]), 5000)
         await asyncio.sleep(0.05)
         await _no_session_left_in_a_transaction(qdsn)
-        _, rows = await db.run(work)
-        assert rows[0][0] == 30000
+        assert (await db.run(count)).rows == [[30000]]
     finally:
         await db.dispose()
     await _no_session_left_in_a_transaction(qdsn)
@@ -363,7 +351,7 @@ async def test_a_left_over_prepared_statement_discards_the_session(qdsn: str) ->
         async with db.read_only() as conn:
             await conn.execute("PREPARE left_behind AS SELECT 1")  # bypassing the guard
             pid = await conn.fetchval("SELECT pg_backend_pid()")
-        async with db.catalog() as conn:
+        async with db.session() as conn:
             assert await conn.fetchval("SELECT pg_backend_pid()") != pid
             assert (
                 await conn.fetchval("SELECT count(*) FROM pg_prepared_statements WHERE from_sql")
@@ -374,19 +362,51 @@ async def test_a_left_over_prepared_statement_discards_the_session(qdsn: str) ->
 
 
 async def test_a_repeated_query_sees_the_table_change(qdsn: str) -> None:
-    """Repeated SQL runs from the statement cache; a changed table must not break it."""
+    """Repeated SQL runs from kept statements; a column added, retyped or dropped since must
+    not break it, nor leave a stale column out (PostgreSQL refuses the kept statement, and the
+    call runs again once)."""
     await execute(qdsn, "CREATE TABLE shifting (a int); INSERT INTO shifting VALUES (1)")
-    async with connect(qdsn) as client:
+    sql = "SELECT * FROM shifting"
+    async with connect(qdsn, pool_size=1) as client:
         for _ in range(3):
-            body = await call(client, "execute_query", sql="SELECT * FROM shifting")
-            assert body["rows"] == [{"a": 1}]
+            assert (await call(client, "execute_query", sql=sql))["rows"] == [[1]]
         await execute(qdsn, "ALTER TABLE shifting ADD COLUMN b text DEFAULT 'new'")
-        body = await call(client, "execute_query", sql="SELECT * FROM shifting")
-        assert body["rows"] == [{"a": 1, "b": "new"}]
+        assert (await call(client, "execute_query", sql=sql))["rows"] == [[1, "new"]]
         await execute(qdsn, "ALTER TABLE shifting ALTER COLUMN a TYPE bigint")
-        body = await call(client, "execute_query", sql="SELECT * FROM shifting")
-        assert body["rows"] == [{"a": 1, "b": "new"}]
+        body = await call(client, "execute_query", sql=sql)
+        assert body["rows"] == [[1, "new"]]
         assert [c["data_type"] for c in body["columns"]] == ["bigint", "text"]
+        await execute(qdsn, "ALTER TABLE shifting DROP COLUMN a")
+        body = await call(client, "execute_query", sql=sql)
+        assert body["rows"] == [["new"]] and body["columns"][0]["name"] == "b"
+
+
+async def test_a_killed_backend_is_one_log_line_and_no_failed_call(
+    qdsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An administrator terminating the server's sessions is routine: the next call is
+    answered, and the engine logs one bounded line per discarded connection; nothing (ours,
+    SQLAlchemy's pool, asyncpg's) logs a traceback or a warning."""
+    caplog.set_level(logging.DEBUG)
+    async with connect(qdsn) as client:
+        await asyncio.gather(*(call(client, "execute_query", sql="SELECT 1") for _ in range(3)))
+        killed = await fetch(
+            qdsn,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'pg-mcp-server' AND datname = current_database()",
+        )
+        assert killed and all(r[0] for r in killed)
+        for _ in range(4):
+            assert (await call(client, "execute_query", sql="SELECT 2"))["rows"] == [[2]]
+    ours = [r for r in caplog.records if r.name == "pg_mcp_server.database.engine"]
+    discarded = [r for r in ours if "discarding a pooled connection" in r.getMessage()]
+    assert 1 <= len(discarded) <= len(killed)
+    assert all(r.levelno <= logging.INFO and len(r.getMessage()) <= 200 for r in ours)
+    for record in caplog.records:
+        assert record.exc_info is None and "\n" not in record.getMessage(), record.name
+        # (The start-up privilege audit warns about the superuser the tests connect as.)
+        if record.module != "audit":
+            assert record.levelno < logging.WARNING, (record.name, record.getMessage())
 
 
 async def test_explain_formats_and_warnings(qdsn: str) -> None:
@@ -441,7 +461,7 @@ async def test_comment_keywords_can_be_allowed(qdsn: str) -> None:
         body = await call_error(client, "execute_query", sql=sql)
         assert body["error"]["context"]["rule"] == "keyword_in_comment"
     async with connect(qdsn, block_keywords_in_comments=False) as client:
-        assert (await call(client, "execute_query", sql=sql))["rows"] == [{"x": 1}]
+        assert (await call(client, "execute_query", sql=sql))["rows"] == [[1]]
 
 
 async def test_privilege_audit(qdsn: str) -> None:

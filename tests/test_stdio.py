@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 from mcp import Client, StdioServerParameters
-from mcpclient import call, call_error, sample_records
+from mcpclient import call, call_error, records
 
 ALL_TOOLS = {
     "list_schemas",
@@ -68,7 +68,7 @@ async def test_demo_mode_over_stdio() -> None:
         assert {"users", "addresses", "orders", "order_items", "payments"} <= names
         users = await call(client, "get_sample_rows", table_name="users", limit=2)
         assert users["row_count"] == 2
-        assert all(r["password_hash"] == "[REDACTED]" for r in sample_records(users))
+        assert all(r["password_hash"] == "[REDACTED]" for r in records(users))
         orders = await call(client, "describe_table", table_name="orders")
         assert orders["description"]
         assert any(c.get("enum_values") for c in orders["columns"])
@@ -77,7 +77,7 @@ async def test_demo_mode_over_stdio() -> None:
         counted = await call(
             client, "execute_query", sql="SELECT count(*) AS n " + path["paths"][0]["sql_example"]
         )
-        assert counted["rows"][0]["n"] > 0
+        assert records(counted)[0]["n"] > 0
         # The demo serves through a read-only role: the start-up audit has nothing to report.
         assert client.instructions and "more rights than reading" not in client.instructions
 

@@ -14,6 +14,7 @@ from pg_mcp_server.database.catalog import SnapshotCache
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.joinpaths import GraphCache
+from pg_mcp_server.database.queries import Shapes
 
 
 @dataclass
@@ -25,6 +26,8 @@ class AppContext:
     # describe_table answers, reused while nothing has committed since (see SnapshotCache).
     described: SnapshotCache = field(default_factory=SnapshotCache)
     sensitive: re.Pattern[str] | None = None
+    # Described statements (execute_query, get_sample_rows), see queries.Shapes.
+    shapes: Shapes = field(default_factory=Shapes)
     audit: RoleAudit | None = None  # the start-up role audit, while it runs in the background
 
 

@@ -79,6 +79,17 @@ class DatabaseSettings(BaseSettings):
         default=30.0, gt=0, description="Seconds to wait for a pooled or new connection"
     )
 
+    pool_mode: Literal["auto", "session", "transaction"] = Field(
+        default="auto",
+        description=(
+            "What is between the server and PostgreSQL: session (a direct connection or a "
+            "session-mode pooler: sessions are read-only by default and reset after use), "
+            "transaction (a transaction-mode pooler such as PgBouncer or Supavisor: every "
+            "statement gets a read-only transaction of its own), or auto (detected at the "
+            "first connection)"
+        ),
+    )
+
     statement_timeout: int = Field(
         default=30000,
         ge=1000,

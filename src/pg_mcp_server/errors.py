@@ -72,7 +72,7 @@ class DatabaseConnectionError(PgMcpError):
 
 
 class ConnectionLostError(DatabaseConnectionError):
-    """A pooled connection turned out dead during a call; the tool layer runs the call again
+    """A pooled connection turned out dead during a call; `Database.run` runs the call again
     once, on a fresh connection (a dead one never goes back to the pool)."""
 
 

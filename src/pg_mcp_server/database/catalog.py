@@ -529,7 +529,7 @@ async def table_shape(conn: asyncpg.Connection, schema: str, table: str) -> asyn
 
 async def _near_names(conn: asyncpg.Connection, schema: str, table: str) -> asyncpg.Record:
     """NEAR_NAMES, which runs after another statement on the same connection. Outside a
-    transaction (Database.catalog()) that one committed on its own, and a function someone
+    transaction (Database.session()) that one committed on its own, and a function someone
     shadowed on the search path could have changed session settings in it; so this one gets
     an explicit read-only transaction of its own, whatever the session defaults now say."""
     if conn.is_in_transaction():

@@ -1,32 +1,32 @@
-"""Connection pool and the two ways a tool uses a connection.
+"""Connection pool and the ways a tool uses a connection (public asyncpg and SQLAlchemy APIs).
 
 SQLAlchemy's async engine owns pooling (size, timeout); the work itself runs on the pooled
-asyncpg connection, so queries use asyncpg's extended protocol (one prepared statement per
+asyncpg connection, so statements use asyncpg's extended protocol (one prepared statement per
 message). The engine is in AUTOCOMMIT mode so that SQLAlchemy starts no transaction of its own.
 
-Every pooled session is read-only (`default_transaction_read_only`) with the server's statement
-timeout from the moment it opens, and is put back that way after each use. On top of that:
+Connected directly (or through a session-mode pooler), every pooled session is read-only
+(`default_transaction_read_only`) with the server's statement timeout from the moment it opens,
+and is reset after each use (advisory locks, LISTEN, every setting) and set up again before the
+pool can hand it out. A lone statement therefore runs in an implicit read-only transaction: a
+repeated query costs one round trip. An explicit `BEGIN READ ONLY; SET LOCAL statement_timeout`
+comes first (one more round trip) when a caller lowers the timeout, or asks for it.
 
-- `read_only()` is for anything that runs SQL a caller wrote (execute_query, explain_query,
-  a sample's WHERE clause): an explicit `BEGIN READ ONLY` with `SET LOCAL statement_timeout`,
-  always rolled back. `run()` (execute_query) sends that BEGIN in the same flight as the
-  statement's Bind/Execute (`fetch_page`), so a cached statement costs one round trip.
-- `catalog()` is for our own constant statements (catalog reads with bound parameters): they
-  run in their own implicit read-only transaction, so a cached statement is one round trip.
-
-After either, in the background, the session is rolled back if needed and reset (advisory
-locks, LISTEN, every setting), then made read-only again before the pool can hand it out; a
-session that cannot be reset is discarded.
+Behind a transaction-mode pooler (PgBouncer, Supavisor) no session state sticks: a SET, a
+prepared statement or the reset may land on another server connection, and another client may
+have changed this one. There every use is an explicit `BEGIN READ ONLY` transaction, always
+rolled back, statements are unnamed and parsed again each time, and no session is reset or
+cancelled by backend pid (PgBouncer shows a pid of its own). `PG_POOL_MODE` says which (`auto`:
+the first connection compares the backend pid PostgreSQL reports with the one the connection
+was given at start-up; a pooler in between makes them differ).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import socket
-import struct
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -53,21 +53,42 @@ from pg_mcp_server.errors import (
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# Our own constant text, never user SQL, so the simple protocol's multi-statement message is
-# fine here: one round trip each. (SET, not startup parameters: poolers such as PgBouncer
-# refuse or drop startup parameters they do not know.)
+# Our own constant text, never a caller's SQL, so the simple protocol's multi-statement
+# message is fine here: one round trip each.
 _SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
-_BEGIN_STATEMENTS = ("BEGIN READ ONLY", "SET LOCAL statement_timeout = {ms}")
-_BEGIN = "; ".join(_BEGIN_STATEMENTS)
+_BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
 # Before reuse: refuse a session where SQL-level PREPARE left a statement behind (the guard
 # never lets one through; this is the backstop), drop session advisory locks and LISTEN
-# registrations, reset every setting, then set the session up again (RESET ALL undid that
-# too). A rollback goes first when a transaction is open (see _end).
+# registrations, reset every setting, then set the session up again.
 _RESET = (
     "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
     "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; " + _SESSION
 )
+_DETECT = "SELECT pg_catalog.pg_backend_pid()"
 
+# Types the driver reads only in their text form, which it cannot do inside a composite value
+# (a whole-row reference to a table with a tsvector column, say), so it cannot even describe
+# a statement returning one. Values never reach the driver in our statements (PostgreSQL makes
+# their JSON, see rewrite.py), so for describing such a statement these types, and every type
+# from an extension, are read as raw bytes on that connection, which is then discarded rather
+# than pooled (our own catalog reads must keep the driver's usual forms).
+_TEXT_ONLY = [
+    "interval",  # text on our connections, see _setup
+    # The pg_catalog types asyncpg 0.32 cannot describe inside a composite (found by trying
+    # each base type as a composite's only field).
+    *("aclitem", "gtsvector", "macaddr", "macaddr8", "money", "refcursor"),
+    *("tsquery", "tsvector", "pg_dependencies", "pg_ndistinct", "pg_node_tree"),
+    *("regclass", "regcollation", "regconfig", "regdictionary", "regnamespace", "regoper"),
+    *("regoperator", "regproc", "regprocedure", "regrole", "regtype"),
+]
+_EXTENSION_TYPES = """
+SELECT t.typname, n.nspname FROM pg_catalog.pg_type t
+JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+WHERE t.typtype = 'b' AND t.typcategory <> 'A'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+"""
+
+STATEMENT_CACHE = 100  # prepared statements kept per connection (asyncpg's default too)
 
 # The backends working for the current request (set by the HTTP gateway per request and
 # inherited by the tasks that serve it), so a request whose client went away can have its
@@ -75,8 +96,14 @@ _RESET = (
 request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", default=None)
 
 
+class StatementChangedError(InvalidSqlError):
+    """A prepared statement no longer fits its tables (a column added, dropped or retyped
+    since): `Database.run` runs the work once more, after the statement is prepared anew."""
+
+
 class Database:
-    """The pool plus the one way to use it: `async with db.read_only() as conn`."""
+    """The pool plus the ways to use it: `run(work)` (with its retries), or the blocks
+    `read_only()` (SQL a caller wrote) and `session()` (our own constant statements)."""
 
     def __init__(self, settings: DatabaseSettings) -> None:
         self.settings = settings
@@ -93,31 +120,88 @@ class Database:
         self._releasing: set[asyncio.Task[None]] = set()
         self._session = _SESSION.format(ms=settings.statement_timeout)
         self._reset = _RESET.format(ms=settings.statement_timeout)
+        # True behind a transaction-mode pooler; None until the first connection tells (auto).
+        self.pooled: bool | None = {"session": False, "transaction": True}.get(settings.pool_mode)
+        self._detecting = asyncio.Lock()
         # Connections that served a call before: one of those found dead may be retried.
         self._used: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
-        # Bumped when a cached statement went stale; see _use and _checkout.
-        self._cache_epoch = 0
-        self._epochs: weakref.WeakKeyDictionary[asyncpg.Connection, int] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._statements: weakref.WeakKeyDictionary[
+            asyncpg.Connection, OrderedDict[str, asyncpg.prepared_stmt.PreparedStatement]
+        ] = weakref.WeakKeyDictionary()
+        self._raw_types: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
 
-    async def _connect(self) -> asyncpg.Connection:
-        conn = await asyncpg.connect(
+    # --- connections --------------------------------------------------------------------
+
+    async def _open(self, pooled: bool) -> asyncpg.Connection:
+        return await asyncpg.connect(
             **self.settings.connect_kwargs(),
             timeout=self.settings.pool_timeout,
             server_settings={"application_name": APPLICATION_NAME},
+            # Behind a transaction pooler, named statements would outlive our transaction
+            # on a server connection others use: asyncpg then parses every statement unnamed.
+            statement_cache_size=0 if pooled else STATEMENT_CACHE,
         )
+
+    async def _connect(self) -> asyncpg.Connection:
+        if self.pooled is None:
+            async with self._detecting:
+                if self.pooled is None:
+                    return await self._detect()
+        conn = await self._open(self.pooled)
         try:
-            # asyncpg turns intervals into timedelta, which folds months into 30 days; the
-            # server's own text ("1 mon 2 days 03:00:00") is exact.
-            await conn.set_type_codec(
-                "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
-            )
-            await conn.execute(self._session)
+            await self._setup(conn)
         except BaseException:
             conn.terminate()
             raise
         return conn
+
+    async def _detect(self) -> asyncpg.Connection:
+        """PG_POOL_MODE=auto: a pooler in between hands out a backend pid of its own at
+        start-up, which differs from the one PostgreSQL reports."""
+        conn = await self._open(False)
+        try:
+            # Unnamed and inside a transaction, so that a transaction pooler keeps the Parse,
+            # Bind and Execute on one server connection and no statement is left behind.
+            async with conn.transaction(readonly=True):
+                probe = await conn.prepare(_DETECT, name="")
+                pid = await probe.fetchval()
+            self.pooled = pid != conn.get_server_pid()
+            if not self.pooled:
+                await self._setup(conn)
+                return conn
+        except BaseException:
+            conn.terminate()
+            raise
+        await conn.close()
+        logger.info(
+            "connected through a transaction pooler (PgBouncer or similar): every statement "
+            "runs in a read-only transaction of its own (set PG_POOL_MODE to skip this check)"
+        )
+        return await self._connect()
+
+    async def _setup(self, conn: asyncpg.Connection) -> None:
+        # Interval parameters are PostgreSQL text ("1 mon 2 days"): asyncpg's timedelta would
+        # fold months into 30 days.
+        await conn.set_type_codec(
+            "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
+        )
+        if not self.pooled:
+            await conn.execute(self._session)
+
+    async def describe(
+        self, conn: asyncpg.Connection, sql: str
+    ) -> asyncpg.prepared_stmt.PreparedStatement:
+        """`sql` prepared unnamed, for its parameter and result types (see _TEXT_ONLY)."""
+        try:
+            return await conn.prepare(sql, name="")
+        except asyncpg.UnsupportedClientFeatureError:
+            if conn in self._raw_types:
+                raise
+        self._raw_types.add(conn)
+        rows = await conn.fetch(_EXTENSION_TYPES)
+        for name, schema in [(n, "pg_catalog") for n in _TEXT_ONLY] + [tuple(r) for r in rows]:
+            await conn.set_builtin_type_codec(name, schema=schema, codec_name="bytea")
+        return await conn.prepare(sql, name="")
 
     def timeout_ms(self, requested: int | None = None) -> int:
         """The caller may lower the server's statement timeout, never raise it."""
@@ -133,138 +217,153 @@ class Database:
         for _ in range(self.settings.pool_size + 1):
             sa_conn = await self.engine.connect()
             try:
-                conn = await _driver_connection(sa_conn)
+                raw = await sa_conn.get_raw_connection()
+                conn = raw.driver_connection
             except Exception:
                 await _discard(sa_conn)
                 raise
+            assert isinstance(conn, asyncpg.Connection)
             # A session still inside a transaction must never be handed out (_end rolls back
             # before reuse; this is the backstop): it would hold its locks and stale now().
             if not conn.is_closed() and not conn.is_in_transaction():
-                if self._epochs.get(conn, 0) != self._cache_epoch:
-                    conn._drop_local_statement_cache()
-                    self._epochs[conn] = self._cache_epoch
                 return sa_conn, conn
+            logger.info(
+                "discarding a pooled connection %s",
+                "the server closed" if conn.is_closed() else "found inside a transaction",
+            )
             await _discard(sa_conn)
         raise DatabaseConnectionError("The database connection was lost or refused.")
 
-    async def _begin(self, ms: int) -> tuple[AsyncConnection, asyncpg.Connection]:
-        """Check out a connection and open the read-only transaction. The BEGIN is also a
-        liveness check: a connection that died unnoticed fails here, is discarded, and is
-        replaced once by a new one."""
-        for attempt in (1, 2):
-            sa_conn, conn = await self._checkout()
-            try:
-                await conn.execute(_BEGIN.format(ms=ms))
-                return sa_conn, conn
-            except Exception:
-                # Whatever went wrong (closed socket, a terminated backend, a driver left in
-                # a bad state), this connection is done for; a new one gets one more try.
-                await _discard(sa_conn)
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+    # --- prepared statements ------------------------------------------------------------
 
-    def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection) -> None:
-        """Roll back and reset in the background: the caller has its answer already, and a
-        cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
-        task = asyncio.get_running_loop().create_task(_end(sa_conn, conn, self._reset))
-        self._releasing.add(task)
-        task.add_done_callback(self._releasing.discard)
+    async def prepare(
+        self, conn: asyncpg.Connection, sql: str
+    ) -> tuple[asyncpg.prepared_stmt.PreparedStatement, bool]:
+        """`sql` prepared on `conn`, and whether it was prepared just now; kept for its next use
+        (the last STATEMENT_CACHE of them): a repeated statement costs no Parse. Behind a
+        transaction pooler, parsed anew every time."""
+        if self.pooled:
+            return await conn.prepare(sql), True
+        cache = self._statements.setdefault(conn, OrderedDict())
+        stmt = cache.get(sql)
+        if stmt is not None:
+            cache.move_to_end(sql)
+            return stmt, False
+        stmt = cache[sql] = await conn.prepare(sql)
+        if len(cache) > STATEMENT_CACHE:
+            cache.popitem(last=False)  # asyncpg closes it once nothing refers to it
+        return stmt, True
 
-    async def _deferred_begin(self, ms: int) -> tuple[AsyncConnection, asyncpg.Connection]:
-        """Check out a connection whose `BEGIN READ ONLY` goes out with its first statement
-        (see `fetch_page`)."""
-        sa_conn, conn = await self._checkout()
-        _deferred[conn] = ms
-        return sa_conn, conn
+    def forget(self, sql: str) -> None:
+        """Drop a statement that no longer fits its tables, on every connection (see
+        StatementChangedError)."""
+        for cache in self._statements.values():
+            cache.pop(sql, None)
+
+    # --- using a connection -------------------------------------------------------------
 
     @asynccontextmanager
     async def read_only(
-        self, timeout_ms: int | None = None, *, deferred: bool = False
+        self, timeout_ms: int | None = None, *, explicit: bool = False
     ) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection inside `BEGIN READ ONLY`, rolled back whatever happens: the
-        way to run SQL a caller wrote.
-
-        `deferred`: the BEGIN is not sent yet; the block's first statement must run through
-        `fetch_page`, which sends the BEGIN in the same flight. (Our own catalog reads and the
-        Parse/Describe of a statement may come first: they execute nothing a caller wrote.)
-
-        Database failures inside the block come out as `PgMcpError`s (see `translate`).
-        """
+        """A pooled connection for SQL a caller wrote: each statement read-only under the
+        statement timeout (the caller's, when lower), nothing ever committed. `explicit`: in
+        one `BEGIN READ ONLY` transaction (for blocks that run more than one such statement,
+        so that none can change what the next runs under)."""
         ms = self.timeout_ms(timeout_ms)
-        acquire = self._deferred_begin(ms) if deferred else self._begin(ms)
-        async with self._use(acquire, ms) as conn:
+        begin = explicit or ms < self.settings.statement_timeout
+        async with self._use(ms, begin) as conn:
             yield conn
 
     @asynccontextmanager
-    async def catalog(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled read-only session with no transaction of its own: the way to run our own
-        constant statements (each is its own read-only transaction, under the server's
-        statement timeout). Never for SQL a caller wrote: use `read_only()`."""
-        async with self._use(self._checkout(), self.settings.statement_timeout) as conn:
+    async def session(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled read-only session for our own constant statements (catalog reads with
+        bound parameters), each its own read-only transaction under the server's timeout.
+        Never for SQL a caller wrote: use `read_only()`."""
+        async with self._use(self.settings.statement_timeout, False) as conn:
             yield conn
 
+    async def run(
+        self,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        timeout_ms: int | None = None,
+        *,
+        own: bool = False,
+        explicit: bool = False,
+    ) -> T:
+        """`work(conn)` in `read_only(timeout_ms)` (`own`: in `session()`), run once more on
+        another connection when the first turned out to be dead, or in a new transaction when
+        a prepared statement no longer fits its tables. Every tool only reads, so running it
+        again is safe. The one place calls are retried."""
+        for attempt in (1, 2):
+            use = self.session() if own else self.read_only(timeout_ms, explicit=explicit)
+            try:
+                async with use as conn:
+                    return await work(conn)
+            except (ConnectionLostError, StatementChangedError) as exc:
+                if attempt == 2:
+                    raise
+                logger.info("%s; running the call again", exc.message)
+        raise AssertionError("unreachable")
+
     @asynccontextmanager
-    async def _use(
-        self, acquire: Awaitable[tuple[AsyncConnection, asyncpg.Connection]], ms: int
-    ) -> AsyncIterator[asyncpg.Connection]:
+    async def _use(self, ms: int, begin: bool) -> AsyncIterator[asyncpg.Connection]:
+        """Check out, begin if asked (always behind a transaction pooler), map failures to
+        PgMcpErrors, and release in the background."""
         try:
-            sa_conn, conn = await acquire
+            sa_conn, conn = await self._checkout()
         except Exception as exc:
             raise _mapped(exc, ms) from None
+        explicit = begin or bool(self.pooled)
         reused = conn in self._used
         self._used.add(conn)
-        backends = request_backends.get()
+        backends = None if self.pooled else request_backends.get()
         pid = conn.get_server_pid()
         if backends is not None:
             backends.add(pid)
         try:
+            if explicit:
+                await conn.execute(_BEGIN.format(ms=ms))
             yield conn
         except PgMcpError:
             raise
-        except (asyncpg.InvalidCachedStatementError, asyncpg.InvalidSQLStatementNameError) as exc:
-            # A cached statement no longer fits its tables (or is gone). Other connections may
-            # hold the same one: every connection drops its statement cache before its next use
-            # (asyncpg does this only inside its own pool).
-            self._cache_epoch += 1
-            raise StatementChangedError(exc.message, context=_pg_context(exc)) from None
         except Exception as exc:
             mapped = _mapped(exc, ms)
             if isinstance(mapped, DatabaseConnectionError) and conn.is_closed() and reused:
-                raise ConnectionLostError(mapped.message) from None
+                raise ConnectionLostError(
+                    "A pooled database connection had been closed by the server"
+                ) from None
             raise mapped from None
         finally:
             if backends is not None:
                 backends.discard(pid)
-            self._release(sa_conn, conn)
+            self._release(sa_conn, conn, explicit)
 
-    async def run(
-        self, work: Callable[[asyncpg.Connection], Awaitable[T]], timeout_ms: int | None = None
-    ) -> T:
-        """`work(conn)` inside `read_only(deferred=True)` (so work's statement runs through
-        `fetch_page`), run once more in a new transaction if one of the connection's cached
-        statements no longer fits its tables (a `SELECT *` prepared before an ALTER TABLE:
-        PostgreSQL refuses it, and the transaction is aborted)."""
-        for attempt in (1, 2):
-            try:
-                async with self.read_only(timeout_ms, deferred=True) as conn:
-                    return await work(conn)
-            except StatementChangedError:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+    def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection, began: bool) -> None:
+        """Roll back and reset in the background: the caller has its answer already, and a
+        cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
+        if conn in self._raw_types:
+            end = _discard(sa_conn)
+        elif self.pooled:
+            end = _end(sa_conn, conn, "ROLLBACK")
+        else:
+            rollback = "ROLLBACK; " if began or conn.is_in_transaction() else ""
+            end = _end(sa_conn, conn, rollback + self._reset)
+        task = asyncio.get_running_loop().create_task(end)
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     async def cancel(self, backends: set[int]) -> None:
         """Cancel what these backends are running (a role may always cancel its own)."""
-        if backends:
-            async with self.catalog() as conn:
+        if backends and not self.pooled:
+            async with self.session() as conn:
                 await conn.execute(
                     "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid",
                     sorted(backends),
                 )
 
     async def ping(self) -> None:
-        async with self.catalog() as conn:
+        async with self.session() as conn:
             await conn.fetchval("SELECT 1")
 
     async def dispose(self) -> None:
@@ -273,114 +372,31 @@ class Database:
         await self.engine.dispose()
 
 
-# Connections checked out by `read_only(deferred=True)`, until _end: the transaction's statement
-# timeout (ms) while the BEGIN is still to be sent, then _SENT once fetch_page has sent it
-# (_end then rolls back whatever the transaction status says).
-_deferred: weakref.WeakKeyDictionary[asyncpg.Connection, int] = weakref.WeakKeyDictionary()
-_SENT = -1
-
-
-def _utility_messages(sql: str) -> bytes:
-    """Parse, Bind and Execute of one parameterless statement of ours on the unnamed statement
-    and portal, without Sync: frontend protocol messages, to go ahead of a Bind/Execute/Sync
-    (PostgreSQL runs them in order, as one extended-query series)."""
-    text = sql.encode() + b"\0"
-    parse = b"P" + struct.pack("!i", 4 + 1 + len(text) + 2) + b"\0" + text + b"\0\0"
-    bind = b"B" + struct.pack("!i", 12) + b"\0\0" + b"\0\0\0\0\0\0"
-    execute = b"E" + struct.pack("!i", 9) + b"\0" + b"\0\0\0\0"
-    return parse + bind + execute
-
-
-@functools.lru_cache(maxsize=64)
-def _begin_messages(ms: int) -> bytes:
-    return b"".join(_utility_messages(s.format(ms=ms)) for s in _BEGIN_STATEMENTS)
-
-
-async def fetch_page(
-    conn: asyncpg.Connection,
-    stmt: asyncpg.prepared_stmt.PreparedStatement,
-    args: list[Any],
-    n: int,
-) -> list[asyncpg.Record]:
-    """Bind and Execute the prepared `stmt` with a row limit of `n` (unnamed portal, left
-    unread beyond that until the transaction ends): one round trip.
-
-    On a connection from `read_only(deferred=True)` the pending `BEGIN READ ONLY; SET LOCAL
-    statement_timeout` goes first, in the same write: PostgreSQL runs it as part of the
-    same extended-query series before the Bind, so the statement runs inside the explicit
-    read-only transaction; asyncpg reads the extra ParseComplete/BindComplete/CommandComplete
-    answers as it does for its own re-Parse ahead of a Bind. Only for a named, prepared
-    statement (the BEGIN replaces the unnamed one) and no cancellation under way; otherwise
-    the BEGIN takes its own round trip first. (`_checkout` never hands out a session inside
-    a transaction, so the BEGIN always opens a new one.)
-    """
-    ms = _deferred.get(conn, _SENT)  # connections from read_only() have no BEGIN pending
-    if ms != _SENT:
-        _deferred[conn] = _SENT
-        state = stmt._state
-        if state.name and state.prepared and not conn._protocol._is_cancelling():
-            return await _begin_and_fetch(conn, stmt, args, n, ms)
-        # A simple Query drops the unnamed statement: have asyncpg Parse it again after.
-        state.mark_unprepared()
-        await conn.execute(_BEGIN.format(ms=ms))
-    records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
-    return records
-
-
-async def _begin_and_fetch(
-    conn: asyncpg.Connection,
-    stmt: asyncpg.prepared_stmt.PreparedStatement,
-    args: list[Any],
-    n: int,
-    ms: int,
-) -> list[asyncpg.Record]:
-    """fetch_page's one-flight path: our BEGIN messages, then asyncpg's Bind/Execute/Sync."""
-    sent = conn._protocol.queries_count  # counts the Bind/Execute/Sync asyncpg has written
-    conn._transport.write(_begin_messages(ms))
-    try:
-        records: list[asyncpg.Record] = await stmt._PreparedStatement__bind_execute(args, n, None)
-    except BaseException:
-        if conn._protocol.queries_count == sent:
-            # asyncpg refused before writing anything (a value that does not encode, say):
-            # the BEGIN is on the wire with no Sync behind it, and PostgreSQL would take the
-            # next message as part of its series. The session is dropped.
-            conn.terminate()
-        raise
-    return records
-
-
-class StatementChangedError(InvalidSqlError):
-    """A cached statement's result no longer fits its tables; `Database.run` retries once."""
-
-
 def _mapped(exc: Exception, ms: int) -> Exception:
     if isinstance(exc, PgMcpError):
         return exc
     return translate(exc, timeout_ms=ms) or exc
 
 
-async def _driver_connection(sa_conn: AsyncConnection) -> asyncpg.Connection:
-    raw = await sa_conn.get_raw_connection()
-    driver = raw.driver_connection
-    assert isinstance(driver, asyncpg.Connection)
-    return driver
+def _reason(exc: BaseException) -> str:
+    """One short line about a routine failure (no traceback, nothing from a DSN)."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return f"{type(exc).__name__}: {(exc.message or '')[:200]}"
+    return type(exc).__name__
 
 
-async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, reset: str) -> None:
+async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, sql: str) -> None:
     """Roll back, reset the session and return it to the pool; one that cannot be reset
-    (lost, or cancelled mid-query) is discarded."""
+    (lost, or cancelled mid-statement) is discarded. asyncpg waits for a cancelled statement's
+    answer before it sends this."""
     try:
         if not conn.is_closed():
-            # A cancelled statement's answer must be in before the transaction status is read
-            # (the BEGIN sent with a statement is only seen as open once its Sync is answered).
-            await conn._protocol._wait_for_cancellation()
-            began = _deferred.pop(conn, None) == _SENT
-            rollback = "ROLLBACK; " if began or conn.is_in_transaction() else ""
-            await conn.execute(rollback + reset)
+            await conn.execute(sql)
             await sa_conn.close()
             return
-    except Exception:
-        logger.warning("resetting a session failed; discarding the connection", exc_info=True)
+        logger.info("discarding a pooled connection the server closed")
+    except Exception as exc:
+        logger.info("discarding a pooled connection that could not be reset (%s)", _reason(exc))
     await _discard(sa_conn)
 
 
@@ -389,8 +405,8 @@ async def _discard(sa_conn: AsyncConnection) -> None:
     try:
         await sa_conn.invalidate()
         await sa_conn.close()
-    except Exception:
-        logger.debug("discarding a broken connection raised", exc_info=True)
+    except Exception as exc:
+        logger.debug("closing a broken connection raised %s", _reason(exc))
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -406,7 +422,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def _pg_context(err: asyncpg.PostgresError) -> dict[str, Any]:
+def pg_context(err: asyncpg.PostgresError) -> dict[str, Any]:
     ctx: dict[str, Any] = {"sqlstate": err.sqlstate}
     for key in ("detail", "hint", "position"):
         value = getattr(err, key, None)
@@ -464,21 +480,21 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
                 f"{err.message}: every $n up to the highest must be used in the query.",
                 suggestion="Number placeholders $1, $2, ... without gaps, or add a cast "
                 "such as $1::int where the type cannot be inferred.",
-                context=_pg_context(err),
+                context=pg_context(err),
             )
         if isinstance(err, asyncpg.InsufficientPrivilegeError):
-            return PermissionDeniedError(err.message, context=_pg_context(err))
+            return PermissionDeniedError(err.message, context=pg_context(err))
         if isinstance(err, asyncpg.ReadOnlySQLTransactionError):
             return WriteOperationDeniedError(
                 f"PostgreSQL refused a write in the read-only transaction: {err.message}",
-                context=_pg_context(err),
+                context=pg_context(err),
             )
         if isinstance(err, asyncpg.UndefinedColumnError):
-            return ColumnNotFoundError(err.message, context=_pg_context(err))
+            return ColumnNotFoundError(err.message, context=pg_context(err))
         if isinstance(err, asyncpg.UndefinedTableError):
-            return TableNotFoundError(err.message, context=_pg_context(err))
+            return TableNotFoundError(err.message, context=pg_context(err))
         if isinstance(err, asyncpg.PostgresError):
-            return InvalidSqlError(err.message or str(err), context=_pg_context(err))
+            return InvalidSqlError(err.message or str(err), context=pg_context(err))
     for err in chain:
         if isinstance(err, socket.gaierror):
             return DatabaseConnectionError("The database host name could not be resolved.")

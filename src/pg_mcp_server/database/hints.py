@@ -36,7 +36,7 @@ _FUNCTION = re.compile(r"^function (?P<name>.+?)\((?P<arguments>.*)\) does not e
 _UNDEFINED_FUNCTION = "42883"
 SHOWN = 20  # names listed in a suggestion (the context has up to 100)
 
-# A catalog connection, opened only when there is something to look up (Database.catalog).
+# A catalog connection, opened only when there is something to look up (Database.session).
 Connect = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
 
 # The columns of each table the query names, as its search path resolves the names.

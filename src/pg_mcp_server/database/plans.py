@@ -1,9 +1,11 @@
 """explain_query: EXPLAIN behind the same guard, and warnings read from the plan's structure.
 
-ANALYZE executes the statement, so it is guarded like any query and runs in the read-only,
-rolled-back transaction. Cost, rows, timing and warnings come from the JSON (or YAML) form of
-the plan; a text plan with ANALYZE is therefore run twice (JSON, then text), both bounded by
-the statement timeout.
+ANALYZE executes the statement, so it is guarded like any query and runs read-only, never
+committed. EXPLAIN runs once, in JSON (YAML when that is what was asked for): cost, rows, timing
+and warnings come from its structure, and a text plan is written from it (plantext.py), so the
+statement executes once whatever the format. The EXPLAIN statement is built in the parse tree
+and kept prepared per connection like any query's: a repeated explain is one round trip (plus
+one for table sizes when the plan has sequential scans).
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from typing import Any
 
 import asyncpg
 import yaml
+from pglast import ast, parse_sql
 
-from pg_mcp_server.database import sqltree
+from pg_mcp_server.database import rewrite, sqltree
+from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
+from pg_mcp_server.database.plantext import render
 from pg_mcp_server.errors import ParameterError
 
 LARGE_TABLE = 10_000  # rows: a sequential scan above this is worth a warning
@@ -102,8 +107,20 @@ def warnings_for(root: dict[str, Any], table_rows: dict[tuple[str | None, str], 
     return out
 
 
+def explain_sql(sql: str, *, fmt: str, analyze: bool, verbose: bool, buffers: bool) -> str:
+    """EXPLAIN (options) of the caller's statement, put together in the parse tree."""
+    flags = [f"FORMAT {fmt.upper()}"]
+    flags += ["ANALYZE"] * analyze + ["VERBOSE"] * verbose + ["BUFFERS"] * buffers
+    (raw,) = parse_sql(f"EXPLAIN ({', '.join(flags)}) SELECT")
+    stmt = raw.stmt
+    assert isinstance(stmt, ast.ExplainStmt)
+    stmt.query = rewrite.parse(sql)
+    return rewrite.deparse(stmt)
+
+
 async def explain(
     conn: asyncpg.Connection,
+    db: Database,
     guard: SqlGuard,
     sql: str,
     params: list[Any] | None,
@@ -120,7 +137,12 @@ async def explain(
             context={"buffers": buffers, "analyze": analyze},
         )
     await guard.check(sql, conn)
-    types = (await conn.prepare(sql)).get_parameters()
+    structured = "yaml" if fmt == "yaml" else "json"
+    stmt, _ = await db.prepare(
+        conn,
+        explain_sql(sql, fmt=structured, analyze=analyze, verbose=verbose, buffers=buffers),
+    )
+    types = stmt.get_parameters()
     if types and params is None:
         # A generic plan would need the simple query protocol (bound values are planned as
         # constants), and user SQL only ever runs on the extended protocol.
@@ -129,17 +151,9 @@ async def explain(
             suggestion="Pass representative values in `params` (they shape the estimates).",
             context={"expected": len(types)},
         )
-    args = bind(params, types)
-
-    def options(form: str) -> str:
-        flags = [f"FORMAT {form.upper()}"]
-        flags += ["ANALYZE"] * analyze + ["VERBOSE"] * verbose + ["BUFFERS"] * buffers
-        return f"EXPLAIN ({', '.join(flags)}) {sql}"
-
-    structured_form = "yaml" if fmt == "yaml" else "json"
-    rows = await conn.fetch(options(structured_form), *args)
-    if structured_form == "yaml":
-        raw = "\n".join(r[0] for r in rows)
+    rows = await stmt.fetch(*bind(params, types))
+    raw = "\n".join(r[0] for r in rows) if structured == "yaml" else ""
+    if structured == "yaml":
         document = yaml.safe_load(raw)
     else:
         document = rows[0][0] if not isinstance(rows[0][0], str) else json.loads(rows[0][0])
@@ -160,7 +174,7 @@ async def explain(
     elif fmt == "yaml":
         plan = raw
     else:
-        plan = "\n".join(r[0] for r in await conn.fetch(options("text"), *args))
+        plan = render(document, conn.get_server_version().major, verbose=verbose)
     actual = top.get("Execution Time")
     return PlanResult(
         plan=plan,

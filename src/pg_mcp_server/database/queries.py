@@ -1,10 +1,17 @@
-"""How a query runs: guard, prepare, bind, fetch a bounded page.
+"""How a query runs: guard, describe, wrap, bind, one round trip, JSON from PostgreSQL.
 
-The caller already holds a read-only session (`Database.read_only`). The statement is prepared
-on asyncpg's extended protocol (one statement per Parse message, so nothing can be stacked
-behind it), its parameter types come from PostgreSQL, and its portal is executed with a row
-limit of `limit + 1`: the SQL text is never rewritten and an unbounded result is never fetched
-whole.
+1. The guard checks the caller's SQL (rewrite.py works only on what it let through).
+2. The statement is described once (parameter types, column names and types); that shape is
+   kept per SQL text (`Shapes`), so repeated SQL is not described again.
+3. It runs inside the wrapper statement (rewrite.py): PostgreSQL returns one row holding the
+   rows' JSON, cut at the row limit and the byte cap, and whether more rows exist. The wrapper
+   is prepared once per connection (`Database.prepare`): a repeated query is one Bind/Execute,
+   one round trip, on a warm connection.
+4. When a table changed under a kept shape or statement, PostgreSQL says so (the wrapper's
+   typed columns and sentinel, see rewrite.py); both are dropped and `Database.run` runs the
+   call again.
+
+Parameters are bound by the driver as the types PostgreSQL inferred (params.py), never spliced.
 """
 
 from __future__ import annotations
@@ -13,117 +20,176 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+from pglast import ast
 
-from pg_mcp_server.database.engine import fetch_page
+from pg_mcp_server.database import rewrite, values
+from pg_mcp_server.database.engine import Database, StatementChangedError
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
-from pg_mcp_server.database.values import REDACTED, converter_for, identity
 
-# Readable names for the types asyncpg reports by their internal names.
-_TYPE_NAMES = {
-    "int2": "smallint",
-    "int4": "integer",
-    "int8": "bigint",
-    "float4": "real",
-    "float8": "double precision",
-    "bool": "boolean",
-    "bpchar": "character",
-}
-
-
-def type_name(typ: Any) -> str:
-    """A readable, schema-qualified (outside pg_catalog) name for an asyncpg `Type`."""
-    name: str = typ.name
-    suffix = ""
-    while name.endswith("[]"):  # asyncpg names arrays by their element: "int4[]"
-        name, suffix = name[:-2], suffix + "[]"
-    base = _TYPE_NAMES.get(name, name)
-    schema = getattr(typ, "schema", None) or "pg_catalog"
-    return (base if schema == "pg_catalog" else f"{schema}.{base}") + suffix
-
-
-def _redact(value: Any) -> Any:
-    return REDACTED
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _within(rows: list[dict[str, Any]], max_bytes: int) -> list[dict[str, Any]]:
-    """The longest prefix of rows whose JSON fits in max_bytes (always at least one row)."""
-    size = 2
-    for n, row in enumerate(rows):
-        size += len(_dumps(row)) + 1
-        if size > max_bytes:
-            return rows[: max(n, 1)]
-    return rows
-
-
-def _rows(
-    records: list[asyncpg.Record], names: list[str], converters: list[Callable[[Any], Any]]
-) -> list[dict[str, Any]]:
-    """Records as dicts, converting only the columns whose values need it."""
-    todo = [(i, f) for i, f in enumerate(converters) if f is not identity]
-    rows = []
-    for record in records:
-        values = list(record)
-        for i, f in todo:
-            if values[i] is not None:
-                values[i] = f(values[i])
-        rows.append(dict(zip(names, values, strict=True)))
-    return rows
+SHAPES = 512  # statements whose shape is kept (a few KB each) ...
+SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
+# Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement because
+# the number of its columns changed: the sentinel is ambiguous, or the alias list too long.
+_CHANGED = {"42702", "42P10"}
 
 
 def query_hash(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()[:16]
 
 
-def unique_names(names: list[str]) -> list[str]:
-    """Row keys must be unique: `SELECT a.id, b.id` gives id and id_2."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        if name in seen:
-            seen[name] += 1
-            candidate = f"{name}_{seen[name]}"
-            while candidate in seen:
-                seen[name] += 1
-                candidate = f"{name}_{seen[name]}"
-            seen[candidate] = 1
-            out.append(candidate)
-        else:
-            seen[name] = 1
-            out.append(name)
-    return out
+@dataclass
+class Shape:
+    """What describing a statement told: its tree and columns, and the wrappers made for it."""
+
+    tree: ast.SelectStmt
+    columns: tuple[values.Column, ...]
+    wrappers: dict[tuple[int, int, int | None], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The type of each typed NULL of a wrapper (the column's, or its element type), and
+        # the columns as the answer shows them, made once.
+        self.typed_nulls = {
+            f"t{i}": c.base.removesuffix("[]")
+            for i, c in enumerate(self.columns, start=1)
+            if c.typed
+        }
+        self.columns_json = json.dumps(
+            [{"name": c.name, "data_type": c.data_type} for c in self.columns],
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    def matches(self, attributes: Sequence[Any]) -> bool:
+        """Whether a wrapper prepared just now has these columns' types (its typed NULLs):
+        another connection may have seen a table change and described it anew, this one not."""
+        return all(self.typed_nulls.get(a.name, a.type.name) == a.type.name for a in attributes)
+
+    def wrapper(self, limit: int, max_bytes: int, max_text: int | None) -> str:
+        key = (limit, max_bytes, max_text)
+        sql = self.wrappers.get(key)
+        if sql is None:
+            names = [c.name for c in self.columns]
+            cell = values.cells(self.columns, max_text=max_text)
+            typed = [i for i, c in enumerate(self.columns, start=1) if c.typed]
+            built = rewrite.build(
+                self.tree, names, cell, typed=typed, limit=limit, max_bytes=max_bytes
+            )
+            sql = self.wrappers[key] = built.sql
+        return sql
 
 
-async def fetch_upto(
-    conn: asyncpg.Connection, sql: str, params: list[Any] | None, n: int
-) -> tuple[asyncpg.prepared_stmt.PreparedStatement, list[asyncpg.Record]]:
-    """Prepare, bind and read at most `n` rows (the caller's transaction, see `fetch_page`).
+class Shapes:
+    """Shapes by SQL text, most recently used kept (one per server: sessions are alike)."""
 
-    The statement comes from the connection's statement cache (asyncpg's own, the one `fetch`
-    uses, reached through its private `_prepare(use_cache=True)`: the public `prepare` always
-    parses anew), so SQL that ran on this connection before costs no Parse round trip. Bind
-    and Execute (row limit `n`) go together; the portal is left unread beyond that and goes
-    with the rolled-back transaction.
-    """
-    stmt = await conn._prepare(sql, use_cache=True)
-    args = bind(params, stmt.get_parameters())
-    return stmt, await fetch_page(conn, stmt, args, n)
+    def __init__(self, size: int = SHAPES) -> None:
+        self._size = size
+        self._items: OrderedDict[str, Shape] = OrderedDict()
+
+    def get(self, sql: str) -> Shape | None:
+        shape = self._items.get(sql)
+        if shape is not None:
+            self._items.move_to_end(sql)
+        return shape
+
+    def put(self, sql: str, shape: Shape) -> None:
+        if len(sql) > SHAPE_SQL_CHARS:
+            return  # described again each time, rather than holding megabytes of trees
+        self._items[sql] = shape
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def drop(self, sql: str) -> None:
+        self._items.pop(sql, None)
+
+
+@dataclass
+class Rows:
+    shape: Shape
+    rows: list[list[Any]]
+    rows_json: str  # the same rows as compact JSON text, made by PostgreSQL
+    read: int  # rows PostgreSQL produced, at most limit + 1
+    cut_by_size: bool
+
+    @property
+    def columns(self) -> tuple[values.Column, ...]:
+        return self.shape.columns
+
+    @property
+    def has_more(self) -> bool:
+        return self.read > len(self.rows)
+
+
+async def fetch_rows(
+    conn: asyncpg.Connection,
+    db: Database,
+    shapes: Shapes,
+    sql: str,
+    params: Sequence[Any] | None,
+    *,
+    limit: int,
+    max_bytes: int,
+    sensitive: re.Pattern[str] | None,
+    max_text: int | None = None,
+) -> Rows:
+    """At most `limit` rows of `sql` (already guarded) whose JSON fits in `max_bytes`."""
+    shape = shapes.get(sql)
+    if shape is None:
+        tree = rewrite.parse(sql)
+        described = await db.describe(conn, sql)
+        shape = Shape(tree, values.columns_of(described.get_attributes(), sensitive))
+        shapes.put(sql, shape)
+    wrapper = shape.wrapper(limit, max_bytes, max_text)
+    try:
+        stmt, fresh = await db.prepare(conn, wrapper)
+        if fresh and not shape.matches(stmt.get_attributes()):
+            raise _Changed
+        row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
+    except (asyncpg.PostgresError, _Changed) as exc:
+        if isinstance(exc, asyncpg.PostgresError) and not _ours(exc):
+            raise
+        shapes.drop(sql)
+        db.forget(wrapper)
+        raise StatementChangedError(
+            "A table the query reads changed since the query was described"
+        ) from None
+    assert row is not None
+    text = "[" + (row["rows"] or "") + "]"
+    rows: list[list[Any]] = json.loads(text)
+    read = int(row["total"])
+    return Rows(
+        shape=shape,
+        rows=rows,
+        rows_json=text,
+        read=read,
+        cut_by_size=len(rows) < min(read, limit),
+    )
+
+
+class _Changed(Exception):
+    """A freshly prepared wrapper's typed NULLs disagree with the kept shape."""
+
+
+def _ours(exc: asyncpg.PostgresError) -> bool:
+    """An error about the wrapper rather than the caller's SQL, which was described already: a
+    column's type changed (the cached plan's result type), or their number (the sentinel is
+    ambiguous, or the alias list too long). A caller's statement that a change broke gets
+    these too; it is described again, and fails there with its own error."""
+    return isinstance(exc, asyncpg.InvalidCachedStatementError) or exc.sqlstate in _CHANGED
 
 
 @dataclass
 class QueryResult:
-    columns: list[tuple[str, str]]
-    rows: list[dict[str, Any]]
-    rows_json: str  # the rows as JSON text, made once for the size cap and reused in the answer
+    columns: tuple[values.Column, ...]
+    columns_json: str
+    rows: list[list[Any]]
+    rows_json: str
     has_more: bool
     elapsed_ms: float
     notes: list[str] = field(default_factory=list)
@@ -131,6 +197,8 @@ class QueryResult:
 
 async def run_query(
     conn: asyncpg.Connection,
+    db: Database,
+    shapes: Shapes,
     guard: SqlGuard,
     sql: str,
     params: list[Any] | None,
@@ -141,41 +209,29 @@ async def run_query(
 ) -> QueryResult:
     await guard.check(sql, conn)
     started = time.perf_counter()
-    stmt, records = await fetch_upto(conn, sql, params, limit + 1)
+    result = await fetch_rows(
+        conn, db, shapes, sql, params, limit=limit, max_bytes=max_bytes, sensitive=sensitive
+    )
     elapsed_ms = (time.perf_counter() - started) * 1000
-
-    attributes = stmt.get_attributes()
-    names = unique_names([a.name for a in attributes])
     notes: list[str] = []
-    if names != [a.name for a in attributes]:
-        notes.append("duplicate column names were made unique (name_2, ...)")
-    # One conversion per column, decided once: redaction, or what the type needs.
-    hidden = {n for n in names if sensitive is not None and sensitive.search(n)}
-    converters = [
-        _redact if name in hidden else converter_for(a.type.name, a.type.kind)
-        for name, a in zip(names, attributes, strict=True)
-    ]
-    has_more = len(records) > limit
-    rows = _rows(records[:limit], names, converters)
-    if has_more:
+    if result.read > limit:
         notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
-    rows_json = _dumps(rows)
-    if len(rows_json) > max_bytes:
-        rows = _within(rows, max_bytes)
-        rows_json = _dumps(rows)
-        has_more = True
-        notes.append(
-            f"cut after {len(rows)} rows at the {max_bytes}-byte result limit; "
-            "select fewer columns or rows"
+    if result.cut_by_size:
+        cut = (
+            f"cut after {len(result.rows)} rows at"
+            if result.rows
+            else "the first row alone is over"
         )
-    redacted = {n for n in hidden if any(r[n] is not None for r in rows)}
+        notes.append(f"{cut} the {max_bytes}-byte result limit; select fewer columns or rows")
+    redacted = values.redacted_names(result.columns, result.rows)
     if redacted:
-        notes.append("redacted sensitive columns: " + ", ".join(sorted(redacted)))
+        notes.append("redacted sensitive columns: " + ", ".join(redacted))
     return QueryResult(
-        columns=[(n, type_name(a.type)) for n, a in zip(names, attributes, strict=True)],
-        rows=rows,
-        rows_json=rows_json,
-        has_more=has_more,
+        columns=result.columns,
+        columns_json=result.shape.columns_json,
+        rows=result.rows,
+        rows_json=result.rows_json,
+        has_more=result.has_more,
         elapsed_ms=elapsed_ms,
         notes=notes,
     )

@@ -2,7 +2,8 @@
 
 Identifiers come from the catalog and are always quoted; the optional WHERE clause is
 untrusted SQL and passes the read-only guard (shape, then functions) before it is spliced in;
-the whole SELECT then runs inside the read-only transaction like any other query.
+the whole SELECT then runs inside the read-only transaction and comes back as JSON the way any
+query's rows do (queries.fetch_rows), long text cut by PostgreSQL before it is sent.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import catalog
+from pg_mcp_server.database import catalog, values
+from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard, quote_ident
-from pg_mcp_server.database.values import row_to_json
+from pg_mcp_server.database.queries import Rows, Shapes, fetch_rows
 from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
 
 # Above this many estimated rows, random sampling reads a block sample (TABLESAMPLE SYSTEM)
@@ -29,7 +31,7 @@ _SAMPLEABLE = {"r", "m", "p"}
 @dataclass
 class Sample:
     columns: list[str]
-    rows: list[dict[str, Any]]
+    rows: list[list[Any]]  # one value per column, in `columns` order
     total_table_rows: int
     note: str | None
 
@@ -54,6 +56,8 @@ def _pick_columns(requested: list[str] | None, available: list[str], table: str)
 
 async def sample_rows(
     conn: asyncpg.Connection,
+    db: Database,
+    shapes: Shapes,
     guard: SqlGuard,
     *,
     schema: str,
@@ -63,6 +67,7 @@ async def sample_rows(
     where_clause: str | None,
     randomize: bool,
     sensitive: re.Pattern[str] | None,
+    max_bytes: int,
 ) -> Sample:
     shape = await catalog.table_shape(conn, schema, table)
     chosen = _pick_columns(columns, list(shape["columns"]), table)
@@ -107,33 +112,43 @@ async def sample_rows(
             frm = f"{source} TABLESAMPLE SYSTEM ({percent:.4f})"
         return f"SELECT {select_list} FROM {frm}{where}{order} LIMIT {int(limit)}"
 
-    sql = build(use_tablesample)
-    # The assembled statement passes the same gate as a user's query.
-    await guard.check(sql, conn)
-    records = await conn.fetch(sql)
-    if use_tablesample and len(records) < limit:
+    async def read(sampled: bool) -> Rows:
+        sql = build(sampled)
+        # The assembled statement passes the same gate as a user's query.
+        await guard.check(sql, conn)
+        return await fetch_rows(
+            conn,
+            db,
+            shapes,
+            sql,
+            None,
+            limit=limit,
+            max_bytes=max_bytes,
+            sensitive=sensitive,
+            max_text=MAX_TEXT,
+        )
+
+    got = await read(use_tablesample)
+    if use_tablesample and len(got.rows) < limit:
         # The block sample came up short (a selective filter, or few blocks): sort them all.
-        records = await conn.fetch(build(False))
+        got = await read(False)
     elif use_tablesample:
         notes.append("block sample (TABLESAMPLE SYSTEM)")
-
-    rows: list[dict[str, Any]] = []
-    redacted: set[str] = set()
-    truncated = False
-    for record in records:
-        row, hidden, cut = row_to_json(record, sensitive, MAX_TEXT)
-        rows.append(row)
-        redacted |= hidden
-        truncated = truncated or cut
+    if got.cut_by_size:
+        notes.append(f"cut at the {max_bytes}-byte result limit")
+    redacted = values.redacted_names(got.columns, got.rows)
     if redacted:
-        notes.append("redacted sensitive columns: " + ", ".join(sorted(redacted)))
-    if truncated:
+        notes.append("redacted sensitive columns: " + ", ".join(redacted))
+    if values.any_cut(got.rows):
         notes.append(f"text longer than {MAX_TEXT} characters is cut")
-    if any(isinstance(v, bytes) for record in records for v in record.values()):
+    if any(
+        c.base == "bytea" and any(r[i] is not None for r in got.rows)
+        for i, c in enumerate(got.columns)
+    ):
         notes.append("bytea values are base64-encoded")
     return Sample(
         columns=chosen,
-        rows=rows,
+        rows=got.rows,
         total_table_rows=estimated,
         note="; ".join(notes),
     )

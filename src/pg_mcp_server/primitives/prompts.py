@@ -87,7 +87,7 @@ async def _explore(request: Request, args: dict[str, str]) -> list[PromptMessage
             "views, row estimates, sizes."
         )
     else:
-        async with request.app.db.catalog() as conn:
+        async with request.app.db.session() as conn:
             await names.require_schema(conn, schema)
         scope = f"Explore the schema {sql_name(schema)} of this PostgreSQL database"
         tables = (
@@ -112,7 +112,7 @@ async def _explore(request: Request, args: dict[str, str]) -> list[PromptMessage
 async def _analyze(request: Request, args: dict[str, str]) -> list[PromptMessage]:
     table = args["table"]
     schema = args.get("schema") or request.app.settings.database.default_schema
-    async with request.app.db.catalog() as conn:
+    async with request.app.db.session() as conn:
         await names.require_table(conn, schema, table)
     target = dict(table_name=table, schema_name=schema)
     qualified = f"{sql_name(schema)}.{sql_name(table)}"

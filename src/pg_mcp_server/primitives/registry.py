@@ -281,7 +281,7 @@ class Primitives:
             schema = context.get(arg.schema_argument) or self.default_schema
 
             async def lookup() -> names.Names:
-                async with app.db.catalog() as conn:
+                async with app.db.session() as conn:
                     if arg.kind == "schema":
                         return await names.schema_names(conn, value)
                     return await names.table_names(conn, schema, value)

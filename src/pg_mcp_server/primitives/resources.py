@@ -31,7 +31,7 @@ def _statement(
     query: Callable[[asyncpg.Connection], Awaitable[dict[str, Any]]],
 ) -> Callable[[Request], Awaitable[Content]]:
     async def read(request: Request) -> Content:
-        async with request.app.db.catalog() as conn:
+        async with request.app.db.session() as conn:
             return await query(conn)
 
     return read

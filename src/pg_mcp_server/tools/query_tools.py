@@ -29,13 +29,15 @@ Only a single SELECT runs (WITH, VALUES, TABLE, UNION, window functions, LATERAL
 anything that writes, locks rows, changes settings or calls side-effect functions is refused
 with WRITE_OPERATION_DENIED. Pass user values as parameters: $1, $2 ... in the SQL and `params`
 in order (JSON values; dates and timestamps as ISO strings, bytea as base64). At most `limit`
-rows come back (the query itself is not changed); `has_more` says whether more exist, so add
-ORDER BY and LIMIT/OFFSET to page. Values: numeric as numbers (strings when a float would lose
-digits), timestamps ISO 8601, bytea base64, json as JSON, arrays as lists.
+rows come back, also bounded in bytes; `has_more` says whether more exist (`note` says why),
+so add ORDER BY and LIMIT/OFFSET to page. `rows` are arrays in the order of `columns`.
+Values: numbers (numeric as a string when a double would lose digits), timestamps ISO 8601,
+bytea base64, json as JSON, arrays as lists, records and composites as objects, other types
+in PostgreSQL's text form.
 Example: execute_query(sql="SELECT status, count(*) AS n FROM orders WHERE created_at >= $1
-GROUP BY status ORDER BY n DESC", params=["2025-01-01"]) -> {"columns": [{"name": "status",
-"data_type": "text"}, {"name": "n", "data_type": "bigint"}], "rows": [{"status": "delivered",
-"n": 812}], "row_count": 1, "has_more": false, "execution_time_ms": 3.1, ...}"""
+GROUP BY status ORDER BY n DESC", params=["2025-01-01"]) -> {"columns":[{"name":"status",
+"data_type":"text"},{"name":"n","data_type":"bigint"}],"rows":[["delivered",812],
+["pending",40]],"row_count":2,"has_more":false,"execution_time_ms":3.1,"query_hash":"..."}"""
 
 EXPLAIN_QUERY = """Show PostgreSQL's execution plan for a query, with the estimated cost and
 rows and warnings about likely slow spots (large sequential scans and the columns filtered,
@@ -55,14 +57,14 @@ async def _suggest(app: AppContext, error: PgMcpError, sql: str) -> PgMcpError:
     relation, the named tables' columns for a missing column, functions for a missing one.
     The failed transaction is aborted, so the lookup runs on a fresh connection."""
     if isinstance(error, ColumnNotFoundError):
-        return await column_hint(app.db.catalog, error, relations(sql))
+        return await column_hint(app.db.session, error, relations(sql))
     if isinstance(error, InvalidSqlError):
-        return await function_hint(app.db.catalog, error)
+        return await function_hint(app.db.session, error)
     found = _MISSING.search(error.message)
     if not isinstance(error, TableNotFoundError) or found is None:
         return error
     schema = found.group(1) or app.settings.database.default_schema
-    async with app.db.catalog() as conn:
+    async with app.db.session() as conn:
         better = await catalog.missing_table(conn, schema, found.group(2))
     if isinstance(better, TableNotFoundError):
         better.context = {**(error.context or {}), **(better.context or {})}
@@ -109,6 +111,8 @@ def query_tools() -> list[PgTool]:
             result = await app.db.run(
                 lambda conn: run_query(
                     conn,
+                    app.db,
+                    app.shapes,
                     app.guard,
                     sql,
                     params,
@@ -120,19 +124,19 @@ def query_tools() -> list[PgTool]:
             )
         except PgMcpError as exc:
             raise await _suggest(app, exc, sql) from None
-        # The ExecuteQueryOutput fields, as plain JSON (see ok_json).
-        return ok_json(
-            {
-                "columns": [{"name": n, "data_type": t} for n, t in result.columns],
-                "rows": result.rows,
-                "row_count": len(result.rows),
-                "has_more": result.has_more,
-                "execution_time_ms": round(result.elapsed_ms, 3),
-                "query_hash": query_hash(sql),
-                "note": "; ".join(result.notes) or None,
-            },
-            encoded={"rows": result.rows_json},
-        )
+        # The ExecuteQueryOutput fields, as plain JSON (see ok_json); the rows' JSON text is
+        # PostgreSQL's own, used as is.
+        output: dict[str, Any] = {
+            "columns": [{"name": c.name, "data_type": c.data_type} for c in result.columns],
+            "rows": result.rows,
+            "row_count": len(result.rows),
+            "has_more": result.has_more,
+            "execution_time_ms": round(result.elapsed_ms, 3),
+            "query_hash": query_hash(sql),
+        }
+        if result.notes:
+            output["note"] = "; ".join(result.notes)
+        return ok_json(output, encoded={"columns": result.columns_json, "rows": result.rows_json})
 
     async def explain_query(
         ctx: Context,
@@ -163,9 +167,10 @@ def query_tools() -> list[PgTool]:
     ) -> Annotated[CallToolResult, ExplainQueryOutput]:
         app = app_context(ctx)
         try:
-            async with app.db.read_only() as conn:
-                result = await explain(
+            result = await app.db.run(
+                lambda conn: explain(
                     conn,
+                    app.db,
                     app.guard,
                     sql,
                     params,
@@ -174,6 +179,7 @@ def query_tools() -> list[PgTool]:
                     verbose=verbose,
                     buffers=buffers,
                 )
+            )
         except PgMcpError as exc:
             raise await _suggest(app, exc, sql) from None
         return ok(

@@ -20,7 +20,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
-from pg_mcp_server.errors import ConnectionLostError, InternalError, ParameterError, PgMcpError
+from pg_mcp_server.errors import InternalError, ParameterError, PgMcpError
 from pg_mcp_server.models.compact import Compact
 from pg_mcp_server.models.errors import ErrorDetail, ErrorResponse
 from pg_mcp_server.tools.schemas import compact_schema
@@ -113,14 +113,7 @@ class PgTool(Tool):
         convert_result: bool = False,
     ) -> Any:
         try:
-            try:
-                return await super().run(arguments, context, convert_result)
-            except ToolError as lost:
-                if not isinstance(lost.__cause__, ConnectionLostError):
-                    raise
-                # A pooled connection died unnoticed (server restart, terminated backend):
-                # it is gone from the pool now, and every tool only reads, so run it again.
-                return await super().run(arguments, context, convert_result)
+            return await super().run(arguments, context, convert_result)
         except ToolError as wrapped:
             cause = wrapped.__cause__
             if isinstance(cause, ValidationError):

@@ -40,8 +40,9 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
         ctx: Context, table_name: str, schema_name: str = default_schema
     ) -> Annotated[CallToolResult, GetForeignKeysOutput]:
         app = app_context(ctx)
-        async with app.db.catalog() as conn:
-            outgoing, incoming = await foreign_keys_of(conn, schema_name, table_name)
+        outgoing, incoming = await app.db.run(
+            lambda conn: foreign_keys_of(conn, schema_name, table_name), own=True
+        )
         return ok(
             GetForeignKeysOutput(
                 table_name=table_name,
@@ -63,8 +64,9 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
         app = app_context(ctx)
         start, goal = (from_schema, from_table), (to_schema, to_table)
-        async with app.db.catalog() as conn:
-            graph, found, ratios = await app.graph.search(conn, start, goal, max_depth)
+        graph, found, ratios = await app.db.run(
+            lambda conn: app.graph.search(conn, start, goal, max_depth), own=True
+        )
         if not found.paths:
             names = (f"{from_schema}.{from_table}", f"{to_schema}.{to_table}")
             raise no_path(graph, found.start, found.goal, names, max_depth)

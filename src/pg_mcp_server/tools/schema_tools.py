@@ -76,15 +76,17 @@ async def describe_document(
     while nothing has committed since (see catalog.SnapshotCache)."""
     key = (schema, table, include_indexes, include_constraints)
     cached = app.described.get(key)
-    async with app.db.catalog() as conn:
-        row = await catalog.describe_table(
+    row = await app.db.run(
+        lambda conn: catalog.describe_table(
             conn,
             schema,
             table,
             include_indexes,
             include_constraints,
             known_token=cached[0] if cached else "",
-        )
+        ),
+        own=True,
+    )
     fields = DescribeTableOutput.model_fields
     fresh = {k: row[k] for k in _FRESH if row[k] != fields[k].default}
     if row["doc"] is not None or not cached:
@@ -101,8 +103,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ctx: Context, include_system: bool = False
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
         app = app_context(ctx)
-        async with app.db.catalog() as conn:
-            rows = await catalog.list_schemas(conn, include_system)
+        rows = await app.db.run(lambda conn: catalog.list_schemas(conn, include_system), own=True)
         schemas = [SchemaInfo(**r) for r in rows]
         return ok(ListSchemasOutput(schemas=schemas, total_count=len(schemas)))
 
@@ -122,10 +123,12 @@ def schema_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, ListTablesOutput]:
         app = app_context(ctx)
         page = limit or (MAP_PAGE if include_columns else LIST_PAGE)
-        async with app.db.catalog() as conn:
-            rows, total = await catalog.list_tables(
+        rows, total = await app.db.run(
+            lambda conn: catalog.list_tables(
                 conn, schema_name, include_views, name_pattern, page, offset, include_columns
-            )
+            ),
+            own=True,
+        )
         tables = [TableInfo(**r) for r in rows]
         return ok(
             ListTablesOutput(
@@ -142,8 +145,7 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
     ) -> Annotated[CallToolResult, SearchTablesOutput]:
         app = app_context(ctx)
-        async with app.db.catalog() as conn:
-            rows, total = await search(conn, query, limit)
+        rows, total = await app.db.run(lambda conn: search(conn, query, limit), own=True)
         return ok(SearchTablesOutput(matches=[SearchMatch(**r) for r in rows], total_count=total))
 
     async def describe_table(
@@ -170,9 +172,11 @@ def schema_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, GetSampleRowsOutput]:
         app = app_context(ctx)
         try:
-            async with app.db.read_only() as conn:
-                sample = await sample_rows(
+            sample = await app.db.run(
+                lambda conn: sample_rows(
                     conn,
+                    app.db,
+                    app.shapes,
                     app.guard,
                     schema=schema_name,
                     table=table_name,
@@ -181,16 +185,19 @@ def schema_tools(default_schema: str) -> list[PgTool]:
                     where_clause=where_clause,
                     randomize=randomize,
                     sensitive=app.sensitive,
-                )
+                    max_bytes=app.settings.server.max_result_bytes,
+                ),
+                explicit=True,
+            )
         except ColumnNotFoundError as exc:  # in where_clause: say which columns there are
             table = Relation(schema_name, table_name, None)
-            raise await column_hint(app.db.catalog, exc, [table]) from None
+            raise await column_hint(app.db.session, exc, [table]) from None
         return ok(
             GetSampleRowsOutput(
                 table_name=table_name,
                 schema_name=schema_name,
                 columns=sample.columns,
-                rows=[list(row.values()) for row in sample.rows],
+                rows=sample.rows,
                 row_count=len(sample.rows),
                 total_table_rows=sample.total_table_rows,
                 note=sample.note,

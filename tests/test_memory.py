@@ -1,0 +1,104 @@
+"""The result byte cap bounds the server's memory (issue 15 item 2).
+
+The real server runs as a process over stdio; its peak resident set (VmHWM, which counts what
+asyncpg holds in C as well as Python objects) is reset before each call (clear_refs) and read
+after it. Peak above the resident set before the call must stay within 16x MCP_MAX_RESULT_BYTES
+for 200 rows of 1 MB (200 MB of results), a single 50 MB value and wide sample rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+from mcp import Client, StdioServerParameters
+from mcpclient import call, execute
+
+CAP = 1_000_000
+EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
+
+WIDE = """
+CREATE TABLE wide (id int PRIMARY KEY, body text, doc jsonb, blob bytea);
+INSERT INTO wide SELECT g, repeat('x', 1000000), jsonb_build_object('k', repeat('y', 1000000)),
+       convert_to(repeat('z', 1000000), 'UTF8')
+FROM generate_series(1, 100) g;
+"""
+
+
+def _server(client_pid: int) -> psutil.Process:
+    for child in psutil.Process(client_pid).children(recursive=True):
+        if any("pg-mcp-server" in part for part in child.cmdline()):
+            return child
+    raise AssertionError("the server process was not found")
+
+
+def _status(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(key)
+
+
+async def _peak(client: Client, pid: int, tool: str, **arguments: Any) -> int:
+    """The server's peak resident set during this call."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current VmRSS
+    await call(client, tool, **arguments)
+    return _status(pid, "VmHWM")
+
+
+@asynccontextmanager
+async def server(dsn: str) -> AsyncIterator[tuple[Client, int]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env["MCP_MAX_RESULT_BYTES"] = str(CAP)
+    params = StdioServerParameters(command=EXECUTABLE, args=["--dsn", dsn], env=env)
+    async with Client(params) as client:
+        yield client, _server(os.getpid()).pid
+
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("execute_query", {"sql": "SELECT repeat('x', 1000000) FROM generate_series(1, 200)"}),
+    ("execute_query", {"sql": "SELECT repeat('x', 300000) FROM generate_series(1, 200)"}),
+    ("execute_query", {"sql": "SELECT repeat('x', 50000000) AS one_value"}),
+    ("execute_query", {"sql": "SELECT * FROM wide ORDER BY id"}),
+    ("execute_query", {"sql": "SELECT w FROM wide w", "limit": 10000}),
+    ("get_sample_rows", {"table_name": "wide", "limit": 100}),
+]
+
+
+# The same paths on small data, to warm the server up (imports, pool, caches) before idle.
+WARM_UP: list[tuple[str, dict[str, Any]]] = [
+    ("execute_query", {"sql": "SELECT repeat('x', 10) FROM generate_series(1, 2)"}),
+    ("execute_query", {"sql": "SELECT * FROM wide WHERE id < 0"}),
+    ("execute_query", {"sql": "SELECT w FROM wide w WHERE id < 0"}),
+    ("get_sample_rows", {"table_name": "wide", "limit": 1, "columns": ["id"]}),
+]
+
+
+async def test_peak_memory_of_a_call_stays_within_16x_the_cap(scratch_dsn: str) -> None:
+    """Each call's peak is measured against the idle resident set after a warm-up on small
+    data, not against the set before the call: memory kept from an earlier call counts."""
+    await execute(scratch_dsn, WIDE)
+    async with server(scratch_dsn) as (client, pid):
+        for tool, arguments in WARM_UP:
+            await call(client, tool, **arguments)
+        idle = _status(pid, "VmRSS")
+        peaks = {f"{t} {a}": await _peak(client, pid, t, **a) - idle for t, a in CALLS}
+    over = {call: f"{peak / 1e6:.1f} MB" for call, peak in peaks.items() if peak > 16 * CAP}
+    assert not over, over
+
+
+async def test_the_capped_answer_says_so(scratch_dsn: str) -> None:
+    async with server(scratch_dsn) as (client, _):
+        sql = "SELECT repeat('x', 1000000) FROM generate_series(1, 200)"
+        out = await call(client, "execute_query", sql=sql)
+        assert out["row_count"] == 0 and out["has_more"] is True  # one row alone is over
+        assert out["note"].startswith(f"the first row alone is over the {CAP}-byte result limit")
+        sql = "SELECT repeat('x', 300000) FROM generate_series(1, 200)"
+        out = await call(client, "execute_query", sql=sql)
+        assert out["row_count"] == 3 and out["has_more"] is True
+        assert out["note"].startswith(f"cut after 3 rows at the {CAP}-byte result limit")

@@ -1,0 +1,114 @@
+"""Round trips between the server and PostgreSQL, counted on the wire by a relay (wire.py):
+a repeated query on a warm connection is one flight before its answer (and one for the reset
+after it, in the background); a lower timeout_ms costs one more; so does a new statement; the
+guard's check before it one more."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest_asyncio
+from mcpclient import execute, fetch
+from wire import Relay, relay
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.database.plans import explain
+from pg_mcp_server.database.queries import Shapes, fetch_rows
+
+SQL = "SELECT id, label FROM items WHERE id <= $1 ORDER BY id"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def wired(scratch_dsn: str) -> AsyncIterator[tuple[Relay, Database, str]]:
+    await execute(
+        scratch_dsn,
+        "CREATE TABLE items (id int PRIMARY KEY, label text); "
+        "INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 100) g",
+    )
+    name = scratch_dsn.split("/")[3].split("?")[0]
+    async with relay(scratch_dsn) as running:
+        settings = Settings.load(database={"dsn": running.dsn(name), "pool_size": 1})
+        db = Database(settings.database)
+        try:
+            yield running, db, scratch_dsn
+        finally:
+            await db.dispose()
+
+
+async def _settled(dsn: str) -> None:
+    """Wait until the pooled session is back in the pool: idle, its reset the last thing."""
+    for _ in range(200):
+        rows = await fetch(
+            dsn,
+            "SELECT state, query FROM pg_stat_activity WHERE application_name = 'pg-mcp-server'",
+        )
+        if all(r["state"] == "idle" and "UNLISTEN" in r["query"] for r in rows):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the pooled session did not settle")
+
+
+async def _flights(
+    wired: tuple[Relay, Database, str], work: Any, timeout_ms: int | None = None
+) -> tuple[int, int]:
+    """Flights before `work`'s answer, and after it (the background reset)."""
+    running, db, dsn = wired
+    await _settled(dsn)
+    start = running.flights
+    await db.run(work, timeout_ms)
+    answered = running.flights  # the reset task has not run yet: nothing awaited since
+    await _settled(dsn)
+    return answered - start, running.flights - answered
+
+
+async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
+    _, db, _ = wired
+    shapes = Shapes()
+    guard = SqlGuard()
+
+    def run(sql: str) -> Any:
+        return lambda conn: fetch_rows(
+            conn, db, shapes, sql, [5], limit=100, max_bytes=100_000, sensitive=None
+        )
+
+    query = run(SQL)
+
+    def plan(conn: asyncpg.Connection) -> Any:
+        return explain(
+            conn,
+            db,
+            guard,
+            "SELECT * FROM items WHERE id = $1",
+            [3],
+            analyze=True,
+            fmt="text",
+            verbose=False,
+            buffers=False,
+        )
+
+    await db.ping()  # the pool's connection is made (start-up, settings, codecs)
+    # New SQL on a warm connection: describe, prepare the reading statement, run it.
+    assert await _flights(wired, query) == (3, 1)
+    # Repeated: one Bind/Execute, in the session's implicit read-only transaction.
+    assert await _flights(wired, query) == (1, 1)
+    assert await _flights(wired, query) == (1, 1)
+    # A caller's lower timeout: BEGIN READ ONLY; SET LOCAL statement_timeout first.
+    assert await _flights(wired, query, timeout_ms=2000) == (2, 1)
+    # The whole call adds the guard's check (guard.py): one statement on the same connection
+    # confirming its catalog facts (once it has settled: the first calls after new SQL or a
+    # commit read more). So a repeated execute_query is 2 round trips; EXPLAIN ANALYZE too (its
+    # statement prepared once, then one Bind/Execute whatever the format).
+
+    async def checked(conn: asyncpg.Connection) -> Any:
+        await guard.check(SQL, conn)
+        return await query(conn)
+
+    for work in (plan, checked):
+        await _flights(wired, work)
+        await _flights(wired, work)
+        assert await _flights(wired, work) == (2, 1)
