@@ -3,7 +3,7 @@
 uvicorn's own multi-process mode gives every worker the same listening socket, and whichever
 worker wakes first accepts every connection that is waiting: a client that opens its
 keep-alive connections in a burst can land all of them on one worker (measured: 32 of 32,
-bench/HTTP.md). Here each worker binds the port with SO_REUSEPORT, so the kernel spreads new
+bench/README.md). Here each worker binds the port with SO_REUSEPORT, so the kernel spreads new
 connections over the workers. Where SO_REUSEPORT does not exist (Windows), this process binds
 one socket and every worker accepts on it.
 
