@@ -189,6 +189,10 @@ class PgMcpServer(MCPServer[AppContext]):
         """Make the tools, resources and prompts now rather than at the first request."""
         _ = self.tools, self.primitives
 
+    def serves_tool(self, name: str) -> bool:
+        """Whether `name` is one of our tools (built-in or, as now loaded, custom)."""
+        return name in self.tools or (self.custom is not None and name in self.custom.current.tools)
+
     async def list_tools(self) -> list[McpTool]:
         custom = self.custom.current.tools.values() if self.custom else ()
         return [
@@ -379,6 +383,10 @@ def build_server(
         log_level=settings.server.log_level,
     )
     server.middleware.extend(
-        [bounded_errors, instructions_with_audit(instructions), unknown_tool(server)]
+        [
+            bounded_errors,
+            instructions_with_audit(instructions),
+            unknown_tool(server, server.serves_tool),
+        ]
     )
     return server
