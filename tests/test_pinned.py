@@ -8,6 +8,7 @@ import pytest
 from mcpclient import fetch
 from pgbed import PgServer
 
+from pg_mcp_server.custom import check
 from pg_mcp_server.database import (
     audit,
     catalog,
@@ -145,6 +146,7 @@ STATEMENTS = {
         (plans, "RELATION_ROWS"),
         (safety, "CATALOG RELATIONS"),
         (freshness, "QUICK CHECK SEARCH_PATH"),
+        (check, "LANGUAGES AVAILABLE"),
     )
     for name in names_.split()
 }

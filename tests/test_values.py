@@ -133,7 +133,9 @@ async def _validates(client: Client, *results: dict[str, Any]) -> None:
     schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
     for result in results:
         tool = "get_sample_rows" if "table_name" in result else "execute_query"
-        jsonschema.validate(result, schemas[tool])
+        schema = schemas[tool]
+        assert schema is not None
+        jsonschema.validate(result, schema)
 
 
 async def test_types_the_driver_cannot_read_inside_records(kinds_dsn: str) -> None:

@@ -77,6 +77,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--workers", type=int, help="HTTP worker processes, each with its own pool (default 1)"
     )
+    p.add_argument(
+        "--custom-definitions",
+        metavar="PATH",
+        help="YAML file of custom prompts, resources and tools (pgEdge's format)",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     p.add_argument(
         "--log-format", choices=["auto", "json", "text"], help="stderr log format (default auto)"
@@ -94,6 +99,7 @@ def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
         "log_format": args.log_format,
         "allow_unauthenticated": args.allow_unauthenticated,
         "workers": args.workers,
+        "custom_definitions": args.custom_definitions,
     }
     return Settings.load(database={"dsn": dsn}, server=server_overrides)
 
@@ -199,10 +205,25 @@ def _is_setting(name: str) -> bool:
     return name.startswith(("PG_", "MCP_")) or name == "DATABASE_URL"
 
 
+def refuse_bad_definitions(settings: Settings) -> None:
+    """A custom definitions file that cannot be served stops start-up (exit code 2) before
+    anything is served."""
+    import anyio
+
+    from pg_mcp_server.custom.specs import DefinitionsError
+    from pg_mcp_server.server import check_definitions
+
+    try:
+        anyio.run(check_definitions, settings)
+    except DefinitionsError as exc:
+        raise CannotStart(f"failed to load custom definitions:\n{exc}") from None
+
+
 def serve(settings: Settings, signals: Signals) -> None:
     role_warnings = (
         require_read_only_role(settings) if settings.server.require_read_only_role else None
     )
+    refuse_bad_definitions(settings)
     if settings.server.transport == "http":
         from pg_mcp_server.workers import WorkerStartFailed, serve_http
 
@@ -225,6 +246,8 @@ def serve(settings: Settings, signals: Signals) -> None:
     from pg_mcp_server.server import build_server
 
     server = build_server(settings, role_warnings)
+    # SIGHUP reloads the custom definitions of a service (see PgMcpServer.on_hangup).
+    signals.on_hangup = server.on_hangup
     if sys.platform == "win32":  # no pipes to poll: the SDK's transport as it is
         server.run("stdio")
         return

@@ -254,8 +254,42 @@ class ServerSettings(BaseSettings):
         ),
     )
 
+    # Custom definitions (custom/): prompts, resources and tools from a YAML file.
+    custom_definitions: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "custom_definitions",
+            "MCP_CUSTOM_DEFINITIONS",
+            "PG_MCP_CUSTOM_DEFINITIONS",
+            "PGEDGE_CUSTOM_DEFINITIONS_PATH",
+        ),
+        description=(
+            "Path of a YAML file of custom prompts, resources and tools (pgEdge's format); "
+            "also PG_MCP_CUSTOM_DEFINITIONS or PGEDGE_CUSTOM_DEFINITIONS_PATH"
+        ),
+    )
+    allowed_pl_languages: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["plpgsql"],
+        description=(
+            "Comma-separated procedural languages custom pl-do and pl-func tools may use "
+            "('*': every language installed in the database)"
+        ),
+    )
+    allow_write_tools: bool = Field(
+        default=False,
+        description=(
+            "Let custom tools marked allow_writes: true write and commit (otherwise every "
+            "custom tool runs read-only)"
+        ),
+    )
+
     @field_validator(
-        "auth_tokens", "allowed_hosts", "allowed_origins", "trusted_roles", mode="before"
+        "auth_tokens",
+        "allowed_hosts",
+        "allowed_origins",
+        "trusted_roles",
+        "allowed_pl_languages",
+        mode="before",
     )
     @classmethod
     def _comma_list(cls, value: object) -> object:

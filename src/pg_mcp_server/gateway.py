@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -86,6 +87,8 @@ class Gateway:
         self.allowed_origins = ", ".join(srv.allowed_origins)
         # One per request whose response is not sent yet; made in the event loop, on first use.
         self._slots: anyio.Semaphore | None = None
+        # The SIGHUP hook of the server behind (reloads custom definitions; signals.py).
+        self.on_hangup: Callable[[], bool] = lambda: False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -302,4 +305,6 @@ def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gate
     db = Database(settings.database)
     server = build_server(settings, role_warnings, db=db)
     server.load()  # before serving, not in the first request
-    return Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)
+    gateway = Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)
+    gateway.on_hangup = server.on_hangup
+    return gateway

@@ -43,17 +43,19 @@ def instructions_with_audit(render: Callable[[list[str]], str]) -> Middleware:
     return middleware
 
 
-def unknown_tool(server: MCPServer[Any]) -> Middleware:
-    known: set[str] = set()
+def unknown_tool(server: MCPServer[Any], serves: Callable[[str], bool] | None = None) -> Middleware:
+    """`serves(name)`: a quick yes for the server's own tools (listing them all on every call
+    would cost each call the making of every tool's listing)."""
 
     async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         params = ctx.params
         if ctx.method != "tools/call" or not isinstance(params, dict):
             return await call_next(ctx)
         name = params.get("name")
-        if not isinstance(name, str) or name in known:
+        if not isinstance(name, str) or (serves is not None and serves(name)):
             return await call_next(ctx)
-        known.update(tool.name for tool in await server.list_tools())
+        # Asked every time, not cached: reloading custom definitions removes tools too.
+        known = {tool.name for tool in await server.list_tools()}
         if name in known:
             return await call_next(ctx)
         shown = name if len(name) <= NAME_ECHO else name[:NAME_ECHO] + "..."

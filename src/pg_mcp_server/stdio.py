@@ -104,7 +104,7 @@ class _Writer:
     def put(self, data: bytes) -> None:
         # Nothing queued before it and room for all of it in the pipe: written at once, which
         # cannot block. Waking the thread for every message cost up to a millisecond per round
-        # trip (bench/bench_stdio_layer.py); it stays for large answers and slow readers.
+        # trip (bench/README.md, "Earlier findings"); it stays for large answers and slow readers.
         if not self.pending and not self.broken and len(data) <= _room(self._fd):
             try:
                 os.write(self._fd, data)

@@ -3,7 +3,7 @@
 uvicorn's own multi-process mode gives every worker the same listening socket, and whichever
 worker wakes first accepts every connection that is waiting: a client that opens its
 keep-alive connections in a burst can land all of them on one worker (measured: 32 of 32,
-bench/HTTP.md). Here each worker binds the port with SO_REUSEPORT, so the kernel spreads new
+bench/README.md). Here each worker binds the port with SO_REUSEPORT, so the kernel spreads new
 connections over the workers. Where SO_REUSEPORT does not exist (Windows), this process binds
 one socket and every worker accepts on it.
 
@@ -72,8 +72,9 @@ def _uvicorn(
     from pg_mcp_server.gateway import http_app
 
     srv = settings.server
+    app = http_app(settings, role_warnings)
     config = uvicorn.Config(
-        http_app(settings, role_warnings),
+        app,
         host=srv.host,
         port=srv.port,
         log_config=None,  # ours (logs.py)
@@ -85,6 +86,7 @@ def _uvicorn(
     if signals is None:
         server.run(sockets=sockets)
         return
+    signals.on_hangup = app.on_hangup  # (one worker: SIGHUP reaches this process)
     with signals.forwarding(lambda signum: server.handle_exit(signum, None)):
         server.run(sockets=sockets)
 

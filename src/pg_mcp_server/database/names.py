@@ -9,7 +9,7 @@ cheaper); the rest of a longer prefix is checked with ILIKE on the names those r
 (in the database's collation: a name's own, "C", folds only ASCII letters).
 Each range is an ordered index scan that stops after MAX_VALUES + 1 names, so a prefix
 matching 10,000 tables costs what one matching 101 does; the price is that `total` is given
-only when every match fits in the answer (see bench/bench_primitives.py).
+only when every match fits in the answer (see bench/README.md, "Earlier findings").
 """
 
 from __future__ import annotations

@@ -63,7 +63,17 @@ _CALLER_CODES = {"SCHEMA_NOT_FOUND", "TABLE_NOT_FOUND", "COLUMN_NOT_FOUND", "PAR
 
 T = TypeVar("T")
 Kind = Literal["schema", "table", "text"]
-Content = str | dict[str, Any] | list[Any]
+
+
+@dataclass(frozen=True)
+class Contents:
+    """A resource's text with `_meta` for the read (for example, that rows were cut)."""
+
+    text: str
+    meta: dict[str, Any] | None = None
+
+
+Content = str | dict[str, Any] | list[Any] | Contents
 
 
 def clip(text: str, limit: int = ECHO_CHARS) -> str:
@@ -82,6 +92,9 @@ class Argument:
     kind: Kind = "text"
     required: bool = False
     schema_argument: str = "schema"
+    # Values to offer for what was typed so far, instead of the catalog's names (a custom
+    # definition's completion query).
+    complete: Callable[[AppContext, str], Awaitable[names.Names]] | None = None
 
     def check(self, value: str) -> str:
         """The value to use; raises PARAMETER_ERROR naming this argument."""
@@ -118,6 +131,8 @@ class Request:
 
     app: AppContext
     call_tool: Callable[[str, dict[str, Any]], Awaitable[CallToolResult]]
+    # Read another resource exactly as resources/read does (a prompt embedding one).
+    read_resource: Callable[[str], Awaitable[list[ReadResourceContents]]] | None = None
 
     async def tool_text(self, tool: str, arguments: dict[str, Any]) -> str:
         """The tool's answer exactly as `tools/call` gives it (the JSON text of its
@@ -240,7 +255,8 @@ class Primitives:
                 template, values = self._match(uri)
                 content = await _again_if_lost(lambda: template.read(request, values))
                 mime_type = template.mime_type
-        return [ReadResourceContents(content=_text(content), mime_type=mime_type)]
+        meta = content.meta if isinstance(content, Contents) else None
+        return [ReadResourceContents(content=_text(content), mime_type=mime_type, meta=meta)]
 
     async def get_prompt(
         self, name: str, arguments: Mapping[str, str] | None, request: Request
@@ -276,11 +292,13 @@ class Primitives:
         subject = {"ref": clip(ref.name if isinstance(ref, PromptReference) else ref.uri)}
         with _answered("completion", subject | {"argument": clip(argument)}):
             arg = self._completed_argument(ref, argument)
-            if arg.kind == "text":
+            if arg.kind == "text" and arg.complete is None:
                 return Completion(values=[], total=0, has_more=False)
             schema = context.get(arg.schema_argument) or self.default_schema
 
             async def lookup() -> names.Names:
+                if arg.complete is not None:
+                    return await arg.complete(app, value)
                 async with app.db.session() as conn:
                     if arg.kind == "schema":
                         return await names.schema_names(conn, value)
@@ -343,6 +361,8 @@ def _unique(items: list[Any], key: Callable[[Any], str], what: str) -> dict[str,
 
 
 def _text(content: Content) -> str:
+    if isinstance(content, Contents):
+        return content.text
     if isinstance(content, str):
         return content
     return json.dumps(content, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,403 @@
+"""Custom definitions as the same values the built-ins are: `PgTool`s made by `make_tool`
+(results and errors made in tools/registry.py), and `ResourceDef`, `TemplateDef` and
+`PromptDef`s served by the one `Primitives` registry (primitives/registry.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp_types import (
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    PromptMessage,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
+from pydantic import ConfigDict
+
+from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.config import Settings
+from pg_mcp_server.custom import plcode
+from pg_mcp_server.custom.check import Described
+from pg_mcp_server.custom.loader import PLACEHOLDER
+from pg_mcp_server.custom.runner import (
+    Column,
+    Rows,
+    complete,
+    create_function,
+    fetch_rows,
+    run_do,
+    transaction,
+    tsv,
+)
+from pg_mcp_server.custom.specs import (
+    JSON,
+    ArgumentSpec,
+    Definitions,
+    PromptSpec,
+    ResourceSpec,
+    ToolSpec,
+)
+from pg_mcp_server.database.names import Names
+from pg_mcp_server.errors import InvalidSqlError, ParameterError
+from pg_mcp_server.primitives.registry import (
+    Argument,
+    Content,
+    Contents,
+    PromptDef,
+    Request,
+    ResourceDef,
+    TemplateDef,
+    clip,
+)
+from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok_json
+
+WRITES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+
+
+def _nullable(*types: str) -> dict[str, Any]:
+    # anyOf rather than a type list: portable schemas (see tools/schemas.py)
+    return {"anyOf": [{"type": t} for t in (*types, "null")]}
+
+
+_SCHEMAS: dict[str, dict[str, Any]] = {
+    **{name: _nullable("integer") for name in ("int2", "int4", "int8", "oid")},
+    # NaN, the infinities and numerics a float cannot hold exactly come as text
+    **{name: _nullable("number", "string") for name in ("float4", "float8", "numeric")},
+    "bool": _nullable("boolean"),
+    "json": {},
+    "jsonb": {},
+}
+_COLUMNS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "data_type": {"type": "string"}},
+        "required": ["name", "data_type"],
+    },
+}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One definitions file, ready to serve."""
+
+    path: str | None = None
+    tools: dict[str, PgTool] = field(default_factory=dict)
+    resources: list[ResourceDef] = field(default_factory=list)
+    templates: list[TemplateDef] = field(default_factory=list)
+    prompts: list[PromptDef] = field(default_factory=list)
+    checked: bool = True  # against the live database (False: it was unreachable)
+
+
+class _Arguments(ArgModelBase):
+    """Takes whatever the client sends: a custom tool checks its arguments against its own
+    input schema (JSON Schema) before any SQL runs."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return {"arguments": dict(self.model_extra or {})}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def column_schema(column: Column) -> dict[str, Any]:
+    typ = column.type
+    if typ.kind == "array":
+        return _nullable("array")
+    if typ.kind == "composite":
+        return _nullable("object")
+    return _SCHEMAS.get(typ.name, _nullable("string"))
+
+
+def rows_schema(columns: list[Column] | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"type": "object"}
+    if columns is not None:
+        row["properties"] = {c.name: column_schema(c) for c in columns}
+        row["required"] = [c.name for c in columns]
+    return {
+        "type": "object",
+        "properties": {
+            "columns": _COLUMNS,
+            "rows": {"type": "array", "items": row},
+            "row_count": {"type": "integer"},
+            "has_more": {"type": "boolean"},
+            "note": {"type": "string"},
+            "status": {"type": "string"},
+        },
+        "required": ["columns", "rows", "row_count", "has_more"],
+    }
+
+
+def _result_schema(value: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"result": value}, "required": ["result"]}
+
+
+def _decoded(rows: Rows) -> Rows:
+    """json and jsonb values as JSON rather than their text."""
+    for column in rows.columns:
+        if column.type.name in ("json", "jsonb"):
+            for row in rows.rows:
+                if isinstance(row[column.name], str):
+                    row[column.name] = json.loads(row[column.name])
+    return rows
+
+
+def _same_shape(rows: Rows, described: Described | None, name: str) -> None:
+    """A result must still fit the output schema made at start; a table altered since is
+    reported, not sent (clients check results against the schema)."""
+    if described is None:
+        return
+    now = [(c.name, c.type.oid) for c in rows.columns]
+    then = [(c.name, c.type.oid) for c in described.columns]
+    if now != then:
+        raise InvalidSqlError(
+            f"The result of {name} has changed since the definitions were loaded "
+            f"(now {[c.name for c in rows.columns]}).",
+            suggestion="The server's operator reloads the definitions (SIGHUP, or saving the "
+            "file) so the tool's output schema follows the database.",
+        )
+
+
+def _arguments(
+    validator: Draft202012Validator, spec: ToolSpec, given: dict[str, Any]
+) -> dict[str, Any]:
+    """The arguments checked against the input schema, with the schema's defaults filled in."""
+    problems = [
+        {
+            "parameter": ".".join(str(p) for p in e.absolute_path) or "(arguments)",
+            "problem": clip(e.message),
+        }
+        for e in sorted(validator.iter_errors(given), key=lambda e: list(e.absolute_path))
+    ]
+    properties: dict[str, Any] = spec.input_schema.get("properties", {})
+    if "additionalProperties" not in spec.input_schema:
+        problems += [
+            {"parameter": clip(k, 80), "problem": f"is not an argument of {spec.name}"}
+            for k in given
+            if k not in properties
+        ]
+    if problems:
+        first = problems[0]
+        raise ParameterError(
+            f"Invalid value for '{first['parameter']}': {first['problem']}",
+            suggestion=f"{spec.name} takes {', '.join(properties) or 'no arguments'}; its "
+            "input schema gives each one's type.",
+            context={"errors": problems},
+        )
+    defaults = {k: p["default"] for k, p in properties.items() if "default" in p}
+    return defaults | given
+
+
+def _refused(spec: ToolSpec, path: str) -> str:
+    if spec.allow_writes:
+        return (
+            f"{spec.name} is marked allow_writes in {path}, but the server does not allow "
+            "writes: its operator sets MCP_ALLOW_WRITE_TOOLS=true for that."
+        )
+    return (
+        f"{spec.name} runs read-only: to let it write, its operator marks it allow_writes: true "
+        f"in {path} and sets MCP_ALLOW_WRITE_TOOLS=true."
+    )
+
+
+def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: str) -> PgTool:
+    validator = Draft202012Validator(spec.input_schema)
+    write = spec.allow_writes and settings.server.allow_write_tools
+    refused = _refused(spec, path)
+    columns = described.columns if described else None
+    creates = spec.type == "pl-func"
+
+    async def run(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
+        app = app_context(ctx)
+        args = _arguments(validator, spec, arguments)
+        limit, max_bytes = app.settings.server.max_rows, app.settings.server.max_result_bytes
+        async with transaction(
+            app.db, spec.timeout_ms, write=write, refused=refused, creates=creates
+        ) as conn:
+            if spec.type == "pl-do":
+                return ok_json({"result": await run_do(conn, spec.statement, args)})
+            if spec.type == "sql":
+                values = [args.get(p) for p in spec.properties]
+                sql, names, status = spec.sql, spec.properties, write
+            else:
+                await create_function(conn, spec.statement, write=write)
+                sql, values, names, status = plcode.call_function(), [json.dumps(args)], [], False
+            rows = await fetch_rows(
+                conn, sql, values, names, limit=limit, max_bytes=max_bytes, status=status
+            )
+            _same_shape(rows, described, spec.name)  # before a write tool commits
+            if creates and write:  # committed, the function would outlive the call
+                await conn.execute(plcode.DROP_FUNCTION)
+        rows = _decoded(rows)
+        if spec.type == "pl-func" and not spec.returns_set:
+            first = rows.rows[0] if rows.rows else {}
+            value = next(iter(first.values())) if len(first) == 1 else (first or None)
+            return ok_json({"result": value})
+        return ok_json(rows.structured())
+
+    made = make_tool(
+        run,
+        name=spec.name,
+        title=spec.title or spec.name,
+        description=spec.description,
+        annotations=WRITES if write else READ_ONLY,
+    )
+    made.description = spec.description  # never the function's docstring
+    made.parameters = spec.input_schema
+    if spec.type == "pl-do":
+        output = _result_schema({})
+    elif spec.type == "pl-func" and not spec.returns_set:
+        one = columns is not None and len(columns) == 1
+        output = _result_schema(column_schema(columns[0]) if columns and one else {})
+    else:
+        output = rows_schema(columns)
+    made.fn_metadata = FuncMetadata(arg_model=_Arguments, output_schema=output)
+    return made
+
+
+def _completer(sql: str | None) -> Callable[[AppContext, str], Awaitable[Names]] | None:
+    if sql is None:
+        return None
+
+    async def lookup(app: AppContext, value: str) -> Names:
+        refused = "Completion queries run read-only."
+        async with transaction(app.db, None, write=False, refused=refused) as conn:
+            return await complete(conn, sql, value)
+
+    return lookup
+
+
+def _argument(spec: ArgumentSpec) -> Argument:
+    return Argument(
+        spec.name, spec.description, required=spec.required, complete=_completer(spec.completion)
+    )
+
+
+def _reader(spec: ResourceSpec) -> Callable[[Request, list[Any]], Awaitable[Content]]:
+    async def read(request: Request, values: list[Any]) -> Content:
+        settings = request.app.settings.server
+        refused = "Resources always run read-only."
+        async with transaction(request.app.db, None, write=False, refused=refused) as conn:
+            rows = await fetch_rows(
+                conn,
+                spec.sql,
+                values,
+                [p.name for p in spec.parameters],
+                limit=settings.max_rows,
+                max_bytes=settings.max_result_bytes,
+            )
+        meta = {"truncated": True, "note": "; ".join(rows.notes)} if rows.has_more else None
+        if spec.mime_type == JSON:
+            return Contents(_json(_decoded(rows).rows), meta)
+        return Contents(tsv(rows), meta)
+
+    return read
+
+
+def resource(spec: ResourceSpec) -> ResourceDef | TemplateDef:
+    title = spec.title or spec.name
+    if spec.type == "static":
+        text = spec.data if isinstance(spec.data, str) and spec.mime_type != JSON else None
+        data = _json(spec.data) if text is None else text
+
+        async def constant(request: Request) -> Content:
+            return data
+
+        return ResourceDef(spec.uri, spec.name, title, spec.description, constant, spec.mime_type)
+    read = _reader(spec)
+    if not spec.is_template:
+        return ResourceDef(
+            spec.uri,
+            spec.name,
+            title,
+            spec.description,
+            lambda request: read(request, []),
+            spec.mime_type,
+        )
+    order = [p.name for p in spec.parameters]
+    return TemplateDef(
+        spec.uri,
+        spec.name,
+        title,
+        spec.description,
+        [_argument(p) for p in spec.parameters],
+        lambda request, values: read(request, [values.get(n) for n in order]),
+        spec.mime_type,
+    )
+
+
+def _filled(text: str, values: dict[str, str]) -> str:
+    return PLACEHOLDER.sub(lambda m: values.get(m.group(1), ""), text)
+
+
+def prompt(spec: PromptSpec) -> PromptDef:
+    booleans = [a.name for a in spec.arguments if a.boolean]
+
+    async def render(request: Request, values: dict[str, str]) -> list[PromptMessage]:
+        for name in booleans:
+            if values.get(name, "false").lower() not in ("true", "false"):
+                raise ParameterError(
+                    f"Argument '{name}' must be true or false.", context={"argument": name}
+                )
+        messages = []
+        for message in spec.messages:
+            content: TextContent | ImageContent | EmbeddedResource
+            if message.type == "text":
+                content = TextContent(type="text", text=_filled(message.text, values))
+            elif message.type == "image":
+                content = ImageContent(type="image", data=message.data, mime_type=message.mime_type)
+            else:
+                content = await _embedded(request, _filled(message.uri, values))
+            messages.append(PromptMessage(role=message.role, content=content))
+        return messages
+
+    return PromptDef(
+        spec.name,
+        spec.title or spec.name,
+        spec.description,
+        [_argument(a) for a in spec.arguments],
+        render,
+    )
+
+
+async def _embedded(request: Request, uri: str) -> EmbeddedResource:
+    assert request.read_resource is not None, "the server reads resources for prompts"
+    contents = await request.read_resource(uri)
+    text = contents[0].content
+    return EmbeddedResource(
+        type="resource",
+        resource=TextResourceContents(
+            uri=uri,
+            text=text if isinstance(text, str) else text.decode(),
+            mime_type=contents[0].mime_type,
+        ),
+    )
+
+
+def build(defs: Definitions, described: dict[str, Described] | None, settings: Settings) -> Loaded:
+    made = [resource(r) for r in defs.resources]
+    return Loaded(
+        path=defs.path,
+        tools={
+            t.name: tool(t, (described or {}).get(f"tool {t.name}"), settings, defs.path)
+            for t in defs.tools
+        },
+        resources=[r for r in made if isinstance(r, ResourceDef)],
+        templates=[r for r in made if isinstance(r, TemplateDef)],
+        prompts=[prompt(p) for p in defs.prompts],
+        checked=described is not None,
+    )

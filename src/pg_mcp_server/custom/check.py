@@ -1,0 +1,164 @@
+"""Check every definition's SQL against the live database at start (and at each reload), so
+that a typo or a missing table fails then, naming the definition, not at the first call.
+
+Each statement is prepared (parsed, analysed and described by PostgreSQL, never executed) in
+a transaction that is rolled back; a pl-func tool's temporary function is created and its call
+described the same way (which also compiles its body where the language's validator does).
+What the descriptions say (parameter and result types) gives the tools their output schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+
+import asyncpg
+
+from pg_mcp_server.custom import plcode
+from pg_mcp_server.custom.runner import Column, duplicated
+from pg_mcp_server.custom.specs import (
+    Definitions,
+    DefinitionsError,
+    ResourceSpec,
+    ToolSpec,
+    Where,
+)
+from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.pinned import pin
+
+# Languages code may be written in (C and internal functions are not code of the file).
+LANGUAGES = (
+    "SELECT lanname::text FROM pg_catalog.pg_language WHERE lanname NOT IN ('c', 'internal')"
+)
+AVAILABLE = "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1::text[])"
+
+
+@dataclass(frozen=True)
+class Described:
+    parameters: int
+    columns: list[Column]
+
+
+class _Bad(Exception):
+    pass
+
+
+def _message(exc: asyncpg.PostgresError, sql: str | None = None) -> str:
+    text = exc.message or type(exc).__name__
+    position = getattr(exc, "position", None)
+    if sql is not None and position and str(position).isdigit():
+        text += f" (line {sql[: int(position) - 1].count(chr(10)) + 1} of the sql)"
+    hint = getattr(exc, "hint", None)
+    return text + (f"; hint: {hint}" if hint else "")
+
+
+async def _describe(conn: asyncpg.Connection, sql: str, what: str) -> Described:
+    await conn.execute("BEGIN READ ONLY")
+    try:
+        stmt = await conn.prepare(sql)
+    except asyncpg.PostgresError as exc:
+        raise _Bad(f"{what}: {_message(exc, sql)}") from None
+    finally:
+        await conn.execute("ROLLBACK")
+    columns = [Column(a.name, a.type) for a in stmt.get_attributes()]
+    return Described(len(stmt.get_parameters()), columns)
+
+
+async def _describe_function(conn: asyncpg.Connection, tool: ToolSpec) -> Described:
+    await conn.execute("BEGIN READ WRITE")
+    try:
+        await conn.execute(tool.statement)
+        stmt = await conn.prepare(plcode.call_function())
+    except asyncpg.PostgresError as exc:
+        raise _Bad(f"code: {_message(exc)}") from None
+    finally:
+        await conn.execute("ROLLBACK")
+    return Described(1, [Column(a.name, a.type) for a in stmt.get_attributes()])
+
+
+def _distinct(described: Described) -> None:
+    twice = duplicated([c.name for c in described.columns])
+    if twice:
+        raise _Bad(f"the result has more than one column named {twice}: name them apart (AS ...)")
+
+
+class _Checker:
+    def __init__(self, defs: Definitions, conn: asyncpg.Connection) -> None:
+        self.defs = defs
+        self.conn = conn
+        self.problems: list[str] = []
+        self.described: dict[str, Described] = {}
+
+    async def run(self, where: Where, check: Awaitable[None]) -> None:
+        try:
+            await check
+        except _Bad as bad:
+            self.problems.append(self.defs.problem(where, str(bad)))
+
+    async def tool(self, tool: ToolSpec, languages: set[str], available: set[str]) -> None:
+        if tool.type != "sql" and tool.language not in languages:
+            hint = (
+                f"CREATE EXTENSION {tool.language} would install it"
+                if tool.language in available
+                else "the server does not have it"
+            )
+            raise _Bad(f"language {tool.language} is not installed in the database ({hint})")
+        if tool.type == "pl-do":
+            return  # a DO block cannot be described without running it
+        if tool.type == "sql":
+            described = await _describe(self.conn, tool.sql, "sql")
+            if described.parameters > len(tool.properties):
+                raise _Bad(
+                    f"sql uses ${described.parameters} but input_schema has "
+                    f"{len(tool.properties)} properties to bind ($1, $2, ... in order)"
+                )
+        else:
+            described = await _describe_function(self.conn, tool)
+        _distinct(described)
+        self.described[f"tool {tool.name}"] = described
+
+    async def resource(self, resource: ResourceSpec) -> None:
+        if resource.type == "sql":
+            described = await _describe(self.conn, resource.sql, "sql")
+            bound = len(resource.parameters)
+            if described.parameters > bound:
+                raise _Bad(
+                    f"sql uses ${described.parameters} but the uri has {bound} parameters "
+                    "to bind ($1, $2, ... in the order they appear)"
+                )
+            _distinct(described)
+        for parameter in resource.parameters:
+            await self.completion(parameter.name, parameter.completion)
+
+    async def completion(self, argument: str, sql: str | None) -> None:
+        if sql is None:
+            return
+        described = await _describe(self.conn, sql, f"argument {argument}: completion")
+        if len(described.columns) != 1 or described.parameters > 1:
+            raise _Bad(
+                f"argument {argument}: completion must return one column and use at most $1 "
+                "(the text typed so far)"
+            )
+
+
+async def check(defs: Definitions, db: Database) -> dict[str, Described]:
+    """What PostgreSQL says about each definition's SQL, keyed `tool <name>`; raises
+    DefinitionsError listing every definition it refuses, and the pool's PgMcpError when the
+    database cannot be reached."""
+    async with db.session() as conn:
+        checker = _Checker(defs, conn)
+        languages = {r[0] for r in await conn.fetch(pin(LANGUAGES))}
+        wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
+        available = {r[0] for r in await conn.fetch(pin(AVAILABLE), wanted)} if wanted else set()
+        for tool in defs.tools:
+            await checker.run(tool.where, checker.tool(tool, languages, available))
+        for resource in defs.resources:
+            await checker.run(resource.where, checker.resource(resource))
+        for prompt in defs.prompts:
+            for argument in prompt.arguments:
+                await checker.run(
+                    prompt.where, checker.completion(argument.name, argument.completion)
+                )
+    if checker.problems:
+        raise DefinitionsError(checker.problems)
+    return checker.described

@@ -1,0 +1,263 @@
+"""How custom definitions run against the database, and how they are checked there at start.
+
+The operator's SQL and code are trusted (their file), so they do not go through the agent's
+guard; they always run in a transaction of their own on a pooled connection: `BEGIN READ ONLY`
+with the tool's statement timeout (never above the server's), rolled back, unless the
+definition asks for writes AND the operator allows them (`MCP_ALLOW_WRITE_TOOLS`): then
+`BEGIN READ WRITE` and COMMIT. Arguments are always bound as parameters, never spliced in.
+
+Engine APIs relied on: `Database.session()` (a pooled session outside any transaction,
+rolled back and reset when released), `Database.timeout_ms()`, `params.bind()`,
+and `values.type_name()`; values become JSON in custom/jsonvalues.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.custom import plcode
+from pg_mcp_server.custom.jsonvalues import to_json
+from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.names import MAX_VALUES, Names
+from pg_mcp_server.database.params import bind
+from pg_mcp_server.database.values import type_name
+from pg_mcp_server.errors import (
+    ConnectionLostError,
+    DatabaseConnectionError,
+    InvalidSqlError,
+    ParameterError,
+    QueryTimeoutError,
+    WriteOperationDeniedError,
+)
+
+_COMPLETION_SCAN = 1000  # rows read from a completion query that does not filter by $1
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: Any  # an asyncpg Type
+
+    @property
+    def data_type(self) -> str:
+        return type_name(self.type)
+
+
+@dataclass
+class Rows:
+    columns: list[Column]
+    rows: list[dict[str, Any]]
+    has_more: bool = False
+    notes: list[str] = field(default_factory=list)
+    status: str | None = None  # a write's command tag ("UPDATE 3")
+
+    def structured(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "columns": [{"name": c.name, "data_type": c.data_type} for c in self.columns],
+            "rows": self.rows,
+            "row_count": len(self.rows),
+            "has_more": self.has_more,
+        }
+        if self.notes:
+            out["note"] = "; ".join(self.notes)
+        if self.status:
+            out["status"] = self.status
+        return out
+
+
+@asynccontextmanager
+async def transaction(
+    db: Database, timeout_ms: int | None, *, write: bool, refused: str, creates: bool = False
+) -> AsyncIterator[asyncpg.Connection]:
+    """A connection inside a transaction of our own: read-only and rolled back, or (`write`)
+    read-write and committed when the block succeeds. `creates`: read-write, to create a
+    temporary function, yet rolled back (see create_function). `refused`: the suggestion that
+    goes with a write PostgreSQL refused in a read-only transaction."""
+    ms = db.timeout_ms(timeout_ms)
+    mode = "READ WRITE" if write or creates else "READ ONLY"
+    try:
+        async with db.session() as conn:
+            await conn.execute(f"BEGIN {mode}; SET LOCAL statement_timeout = {int(ms)}")
+            try:
+                yield conn
+                if write:
+                    await conn.execute("COMMIT")
+            except asyncpg.QueryCanceledError:
+                raise QueryTimeoutError(
+                    f"The definition's statement was cancelled after {ms} ms (its timeout).",
+                    context={"timeout_ms": ms},
+                ) from None
+            except asyncpg.ReadOnlySQLTransactionError as exc:
+                raise WriteOperationDeniedError(
+                    f"PostgreSQL refused a write in the read-only transaction: {exc.message}",
+                    suggestion=refused,
+                ) from None
+            except asyncpg.InvalidTransactionTerminationError as exc:
+                raise InvalidSqlError(
+                    f"The code tried to end the transaction: {exc.message}",
+                    suggestion="Custom code runs inside one transaction that the server ends; "
+                    "remove COMMIT and ROLLBACK from it.",
+                ) from None
+    except ConnectionLostError as exc:
+        if write:  # a write is never run twice: it may have committed before the loss
+            raise DatabaseConnectionError(exc.message) from None
+        raise
+
+
+def _values(record: asyncpg.Record) -> list[Any]:
+    return [to_json(v) for v in record.values()]
+
+
+def _bound(
+    stmt: asyncpg.prepared_stmt.PreparedStatement, values: Sequence[Any], names: Sequence[str]
+) -> list[Any]:
+    """`values` converted to the statement's parameter types; the statement may use fewer
+    parameters than there are values (the trailing ones are not bound)."""
+    types = stmt.get_parameters()
+    if len(types) > len(values):
+        raise ParameterError(
+            f"The definition's SQL uses ${len(types)} but only {len(values)} value(s) are bound "
+            f"({', '.join(names) or 'none'}).",
+            suggestion="The definition needs as many arguments as its highest $n.",
+        )
+    try:
+        return bind(list(values[: len(types)]), types)
+    except ParameterError as exc:
+        n = int(str((exc.context or {}).get("parameter", "$0"))[1:] or 0)
+        name = names[n - 1] if 0 < n <= len(names) else "?"
+        raise ParameterError(
+            f"Argument '{name}' (bound to ${n}): {exc.message}",
+            suggestion=f"Pass '{name}' as the input schema describes it.",
+            context=exc.context,
+        ) from None
+
+
+async def fetch_rows(
+    conn: asyncpg.Connection,
+    sql: str,
+    values: Sequence[Any],
+    names: Sequence[str],
+    *,
+    limit: int,
+    max_bytes: int,
+    status: bool = False,
+) -> Rows:
+    """At most `limit` rows (and `max_bytes` of row JSON) of `sql`, with has_more. `status`:
+    run the whole statement (a write) and report its command tag."""
+    stmt = await conn.prepare(sql)
+    args = _bound(stmt, values, names)
+    columns = [Column(a.name, a.type) for a in stmt.get_attributes()]
+    twice = duplicated([c.name for c in columns])
+    if twice:  # (refused at start; here for definitions served unchecked)
+        raise InvalidSqlError(
+            f"The definition's result has more than one column named {twice}.",
+            suggestion="Its operator names the columns apart (AS ...).",
+        )
+    tag = None
+    if status:  # the whole command runs anyway; its tag says what it did
+        records = await stmt.fetch(*args)
+        tag = stmt.get_statusmsg()
+    else:
+        cursor = await stmt.cursor(*args)
+        records = await cursor.fetch(limit + 1)
+    rows = [dict(zip([c.name for c in columns], _values(r), strict=True)) for r in records]
+    return _bounded(Rows(columns, rows, status=tag), limit, max_bytes)
+
+
+def duplicated(names: Sequence[str]) -> str | None:
+    """A name that appears more than once, if any."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _bounded(result: Rows, limit: int, max_bytes: int) -> Rows:
+    if len(result.rows) > limit:
+        result.rows, result.has_more = result.rows[:limit], True
+        result.notes.append(f"cut at {limit} rows (MCP_MAX_ROWS)")
+    size = 2
+    for n, row in enumerate(result.rows):
+        size += len(json.dumps(row, separators=(",", ":"), ensure_ascii=False)) + 1
+        if size > max_bytes and n > 0:
+            result.rows, result.has_more = result.rows[:n], True
+            result.notes.append(f"cut at {max_bytes} bytes of rows (MCP_MAX_RESULT_BYTES)")
+            break
+    return result
+
+
+async def run_do(conn: asyncpg.Connection, block: str, args: dict[str, Any]) -> Any:
+    """A pl-do tool's DO `block` run with `args`: its result (JSON when it is JSON text, else
+    the text; None if unset)."""
+    await conn.execute(
+        "SELECT pg_catalog.set_config($1, $2, true), pg_catalog.set_config($3, '', true)",
+        plcode.ARGS_SETTING,
+        json.dumps(args),
+        plcode.RESULT_SETTING,
+    )
+    await conn.execute(block)
+    text = await conn.fetchval("SELECT pg_catalog.current_setting($1, true)", plcode.RESULT_SETTING)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+async def create_function(conn: asyncpg.Connection, create: str, *, write: bool) -> None:
+    """Create a pl-func tool's temporary function (`create`: its CREATE FUNCTION), to be
+    called (`plcode.call_function()`, through fetch_rows) in the same transaction, whose
+    rollback drops it. A read-only tool's transaction turns read-only once the function
+    exists (PostgreSQL allows that switch at any point, never the other way), so the code
+    itself cannot write."""
+    await conn.execute(create)
+    if not write:
+        await conn.execute("SET TRANSACTION READ ONLY")
+
+
+def tsv(rows: Rows) -> str:
+    """Rows as tab-separated text with a header line (pgEdge's resource format), in
+    PostgreSQL's COPY text conventions: backslash, tab, newline and carriage return escaped,
+    NULL as \\N."""
+    lines = ["\t".join(_cell(c.name) for c in rows.columns)]
+    for row in rows.rows:
+        lines.append("\t".join(_cell(v) for v in row.values()))
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, dict | list):
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    else:
+        text = str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+async def complete(conn: asyncpg.Connection, sql: str, value: str) -> Names:
+    """The first MAX_VALUES values of a completion query: `$1` is what was typed so far (a
+    query without $1 is filtered here, by prefix, ignoring case)."""
+    stmt = await conn.prepare(sql)
+    filtered = bool(stmt.get_parameters())
+    cursor = await stmt.cursor(*bind([value], stmt.get_parameters()) if filtered else ())
+    records = await cursor.fetch(MAX_VALUES + 1 if filtered else _COMPLETION_SCAN)
+    found = [str(to_json(r[0])) for r in records if r[0] is not None]
+    if not filtered:
+        found = [v for v in found if v.casefold().startswith(value.casefold())]
+    has_more = len(found) > MAX_VALUES
+    found = found[:MAX_VALUES]
+    return Names(values=found, total=None if has_more else len(found), has_more=has_more)
