@@ -24,6 +24,7 @@ from pg_mcp_server.custom.specs import (
     Where,
 )
 from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.pinned import pin
 
 # Languages code may be written in (C and internal functions are not code of the file).
 LANGUAGES = (
@@ -146,9 +147,9 @@ async def check(defs: Definitions, db: Database) -> dict[str, Described]:
     database cannot be reached."""
     async with db.session() as conn:
         checker = _Checker(defs, conn)
-        languages = {r[0] for r in await conn.fetch(LANGUAGES)}
+        languages = {r[0] for r in await conn.fetch(pin(LANGUAGES))}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
-        available = {r[0] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()
+        available = {r[0] for r in await conn.fetch(pin(AVAILABLE), wanted)} if wanted else set()
         for tool in defs.tools:
             await checker.run(tool.where, checker.tool(tool, languages, available))
         for resource in defs.resources:

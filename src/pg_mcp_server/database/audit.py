@@ -18,20 +18,22 @@ logger = logging.getLogger("pg_mcp_server")
 
 FILE_ROLES = ["pg_read_server_files", "pg_write_server_files", "pg_execute_server_program"]
 
+# Written pinned to pg_catalog (see pinned.py) by hand: it runs while the server starts,
+# before pglast is imported.
 AUDIT = """
 SELECT current_user AS role,
        r.rolsuper AS superuser,
        ARRAY(SELECT p FROM pg_catalog.unnest($1::pg_catalog.text[]) AS p
              WHERE pg_catalog.pg_has_role(current_user, p, 'MEMBER')) AS file_roles,
-       (SELECT count(*) FROM pg_catalog.pg_class c
-        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.relkind IN ('r', 'p')
+       (SELECT pg_catalog.count(*) FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+        WHERE (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'p')
           AND n.nspname OPERATOR(pg_catalog.<>) 'information_schema'
           AND n.nspname OPERATOR(pg_catalog.!~) '^pg_'
           AND pg_catalog.has_table_privilege(c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))
            AS writable_tables
 FROM pg_catalog.pg_roles r
-WHERE r.rolname = current_user
+WHERE r.rolname OPERATOR(pg_catalog.=) current_user
 """
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.errors import (
     SchemaNotFoundError,
     TableNotFoundError,
@@ -402,14 +403,15 @@ pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}) AS size_pretty
 FROM rel CROSS JOIN {ROW_FACTS.format(c="rel")}, tok
 """
 
-# What get_sample_rows needs before it can build its SELECT.
+# What get_sample_rows needs before it can build its SELECT. (Names come back as text[]: for
+# name[] asyncpg would run a type lookup query of its own, see closure._driver_lookup.)
 TABLE_SHAPE = f"""
 SELECT c.relkind::text AS relkind, c.relispopulated, c.relpages,
        {_ROWS.format(c="c")} AS estimated_rows,
-       ARRAY(SELECT a.attname FROM pg_catalog.pg_attribute a
+       ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
              ORDER BY a.attnum) AS columns,
-       ARRAY(SELECT a.attname
+       ARRAY(SELECT a.attname::text
              FROM pg_catalog.pg_constraint k
              CROSS JOIN LATERAL pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(attnum, ord)
              JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum
@@ -423,14 +425,14 @@ WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f
 # Only on the error path: what to suggest instead of a missing schema or table.
 NEAR_NAMES = """
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS schema_exists,
-       ARRAY(SELECT nspname FROM pg_catalog.pg_namespace
+       ARRAY(SELECT nspname::text FROM pg_catalog.pg_namespace
              WHERE nspname !~ '^pg_' AND nspname <> 'information_schema'
              ORDER BY nspname) AS schemas,
-       ARRAY(SELECT c.relname FROM pg_catalog.pg_class c
+       ARRAY(SELECT c.relname::text FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
              ORDER BY c.relname) AS tables,
-       ARRAY(SELECT n.nspname FROM pg_catalog.pg_class c
+       ARRAY(SELECT n.nspname::text FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
              ORDER BY n.nspname) AS schemas_with_table
@@ -438,7 +440,7 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS sche
 
 
 async def list_schemas(conn: asyncpg.Connection, include_system: bool) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(LIST_SCHEMAS, include_system)]
+    return [dict(r) for r in await conn.fetch(pin(LIST_SCHEMAS), include_system)]
 
 
 async def list_tables(
@@ -453,7 +455,7 @@ async def list_tables(
     """One page of the schema's tables and the number of all that match."""
     kinds = RELKINDS_ALL if include_views else RELKINDS_TABLES
     rows = await conn.fetch(
-        LIST_TABLES, schema, kinds, name_pattern, limit, offset, include_columns
+        pin(LIST_TABLES), schema, kinds, name_pattern, limit, offset, include_columns
     )
     if not rows:
         raise await missing_schema(conn, schema)
@@ -513,7 +515,7 @@ async def describe_table(
     when `known_token` is still the current token (see SnapshotCache); then `token`,
     `estimated_row_count` and `size_pretty`, always read afresh."""
     row = await conn.fetchrow(
-        DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_token
+        pin(DESCRIBE_TABLE), schema, table, include_indexes, include_constraints, known_token
     )
     if row is None:
         raise await missing_table(conn, schema, table)
@@ -521,7 +523,7 @@ async def describe_table(
 
 
 async def table_shape(conn: asyncpg.Connection, schema: str, table: str) -> asyncpg.Record:
-    row = await conn.fetchrow(TABLE_SHAPE, schema, table)
+    row = await conn.fetchrow(pin(TABLE_SHAPE), schema, table)
     if row is None:
         raise await missing_table(conn, schema, table)
     return row
@@ -533,10 +535,10 @@ async def _near_names(conn: asyncpg.Connection, schema: str, table: str) -> asyn
     shadowed on the search path could have changed session settings in it; so this one gets
     an explicit read-only transaction of its own, whatever the session defaults now say."""
     if conn.is_in_transaction():
-        row = await conn.fetchrow(NEAR_NAMES, schema, table)
+        row = await conn.fetchrow(pin(NEAR_NAMES), schema, table)
     else:
         async with conn.transaction(readonly=True):
-            row = await conn.fetchrow(NEAR_NAMES, schema, table)
+            row = await conn.fetchrow(pin(NEAR_NAMES), schema, table)
     assert row is not None
     return row
 

@@ -37,6 +37,7 @@ import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     ConnectionLostError,
@@ -119,7 +120,7 @@ class Database:
         )
         self._releasing: set[asyncio.Task[None]] = set()
         self._session = _SESSION.format(ms=settings.statement_timeout)
-        self._reset = _RESET.format(ms=settings.statement_timeout)
+        self._reset = pin(_RESET.format(ms=settings.statement_timeout))
         # True behind a transaction-mode pooler; None until the first connection tells (auto).
         self.pooled: bool | None = {"session": False, "transaction": True}.get(settings.pool_mode)
         self._detecting = asyncio.Lock()
@@ -198,7 +199,7 @@ class Database:
             if conn in self._raw_types:
                 raise
         self._raw_types.add(conn)
-        rows = await conn.fetch(_EXTENSION_TYPES)
+        rows = await conn.fetch(pin(_EXTENSION_TYPES))
         for name, schema in [(n, "pg_catalog") for n in _TEXT_ONLY] + [tuple(r) for r in rows]:
             await conn.set_builtin_type_codec(name, schema=schema, codec_name="bytea")
         return await conn.prepare(sql, name="")
@@ -358,7 +359,7 @@ class Database:
         if backends and not self.pooled:
             async with self.session() as conn:
                 await conn.execute(
-                    "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid",
+                    pin("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid"),
                     sorted(backends),
                 )
 

@@ -27,6 +27,7 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.closure import Plan, plan
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
 from pg_mcp_server.database.safety import (
     FIRST_USER_OID,
@@ -207,7 +208,7 @@ class GuardState:
                     await self._reload(conn)
                 continue
             if checked.verified is not None and not self._busy:
-                quick = await conn.fetchrow(QUICK)
+                quick = await conn.fetchrow(pin(QUICK))
                 assert quick is not None
                 if (
                     quick["snapshot"] == checked.verified
@@ -215,7 +216,7 @@ class GuardState:
                     and not quick["standby"]
                 ):
                     return plan
-            row = await conn.fetchrow(CHECK, *checked.arguments)
+            row = await conn.fetchrow(pin(CHECK), *checked.arguments)
             assert row is not None
             # Commits keep moving the snapshot: skip QUICK while that goes on.
             self._busy = checked.verified is not None and row["snapshot"] != checked.verified
@@ -236,7 +237,7 @@ class GuardState:
         with), so each is asked once, by a statement with no operator in it."""
         if conn in self._sessions:
             return
-        path = await conn.fetchval(SEARCH_PATH)
+        path = await conn.fetchval(pin(SEARCH_PATH))
         first = next((s for s in path if not s.startswith("pg_temp")), "pg_catalog")
         if first != "pg_catalog":
             raise WriteOperationDeniedError(

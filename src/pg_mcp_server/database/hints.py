@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.sqltree import parse, walk
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
@@ -112,7 +113,7 @@ async def column_hint(
     if not named:
         return error
     async with connect() as conn:
-        rows = await conn.fetch(COLUMNS_OF, [r.regclass for r in named])
+        rows = await conn.fetch(pin(COLUMNS_OF), [r.regclass for r in named])
     if not rows:
         return error
     tables: list[dict[str, Any]] = []
@@ -136,7 +137,7 @@ async def function_hint(connect: Connect, error: PgMcpError) -> PgMcpError:
         return error
     name = found["name"].rsplit(".", 1)[-1].strip('"')
     async with connect() as conn:
-        row = await conn.fetchrow(FUNCTIONS_NEAR, name)
+        row = await conn.fetchrow(pin(FUNCTIONS_NEAR), name)
     assert row is not None
     signatures: list[str] = row["signatures"]
     similar = [n for n in closest(name, row["names"], limit=5) if n != name]

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.relationships import FAN_OUT, GRAPH, ForeignKey
 from pg_mcp_server.errors import PathNotFoundError
 
@@ -244,7 +245,7 @@ class GraphCache:
         statement); TABLE_NOT_FOUND if an end is missing."""
         seen = self.state
         row = await conn.fetchrow(
-            GRAPH, seen.snapshot, seen.fingerprint, *start, *goal, _fan_keys_json(fan_keys)
+            pin(GRAPH), seen.snapshot, seen.fingerprint, *start, *goal, _fan_keys_json(fan_keys)
         )
         assert row is not None
         for end, oid in ((start, row["from_oid"]), (goal, row["to_oid"])):
@@ -284,7 +285,7 @@ class GraphCache:
         found = graph.find(start_oid, goal_oid, depth)
         missing = [k for k in found.fan_keys if k not in ratios]
         if missing:
-            ratios |= _ratios(await conn.fetchval(FAN_OUT, _fan_keys_json(missing)))
+            ratios |= _ratios(await conn.fetchval(pin(FAN_OUT), _fan_keys_json(missing)))
         return graph, found, ratios
 
 

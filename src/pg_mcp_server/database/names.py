@@ -21,6 +21,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database import catalog
+from pg_mcp_server.database.pinned import pin
 
 MAX_VALUES = 100  # names a completion returns (the protocol's limit)
 NAME_BYTES = 63  # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes
@@ -124,7 +125,7 @@ async def table_names(conn: asyncpg.Connection, schema: str, prefix: str) -> Nam
     does) whose names start with `prefix`, ignoring case, in name order."""
     if _too_long(prefix) or _too_long(schema):
         return Names([], 0, False)
-    row = await conn.fetchrow(TABLE_NAMES, *table_name_binds(schema, prefix))
+    row = await conn.fetchrow(pin(TABLE_NAMES), *table_name_binds(schema, prefix))
     if row is None:  # no such schema
         return Names([], 0, False)
     found: int = row["found"]
@@ -136,7 +137,7 @@ async def table_names(conn: asyncpg.Connection, schema: str, prefix: str) -> Nam
 async def schema_names(conn: asyncpg.Connection, prefix: str) -> Names:
     if _too_long(prefix):
         return Names([], 0, False)
-    row = await conn.fetchrow(SCHEMA_NAMES, like_prefix(prefix), prefix)
+    row = await conn.fetchrow(pin(SCHEMA_NAMES), like_prefix(prefix), prefix)
     assert row is not None
     names: list[str] = row["names"] or []
     return Names(names, row["total"], row["total"] > len(names))
@@ -144,10 +145,10 @@ async def schema_names(conn: asyncpg.Connection, prefix: str) -> Names:
 
 async def require_table(conn: asyncpg.Connection, schema: str, table: str) -> None:
     """Raise TABLE_NOT_FOUND (or SCHEMA_NOT_FOUND) with the closest names, as the tools do."""
-    if not await conn.fetchval(TABLE_EXISTS, schema, table):
+    if not await conn.fetchval(pin(TABLE_EXISTS), schema, table):
         raise await catalog.missing_table(conn, schema, table)
 
 
 async def require_schema(conn: asyncpg.Connection, schema: str) -> None:
-    if not await conn.fetchval(SCHEMA_EXISTS, schema):
+    if not await conn.fetchval(pin(SCHEMA_EXISTS), schema):
         raise await catalog.missing_schema(conn, schema)

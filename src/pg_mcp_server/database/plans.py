@@ -23,6 +23,7 @@ from pg_mcp_server.database import rewrite, sqltree
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.plantext import render
 from pg_mcp_server.errors import ParameterError
 
@@ -163,7 +164,7 @@ async def explain(
     scanned = sorted({n["Relation Name"] for n in _nodes(root) if n.get("Node Type") == "Seq Scan"})
     table_rows: dict[tuple[str | None, str], int] = {}
     if scanned:
-        for r in await conn.fetch(RELATION_ROWS, scanned):
+        for r in await conn.fetch(pin(RELATION_ROWS), scanned):
             table_rows[(r["nspname"], r["relname"])] = r["rows"]
             key = (None, r["relname"])
             table_rows[key] = max(table_rows.get(key, 0), r["rows"])

@@ -15,6 +15,7 @@ import asyncpg
 
 from pg_mcp_server.database import catalog
 from pg_mcp_server.database.catalog import FK_ACTION, KEY_COLUMNS, SERVER_RUN, SNAPSHOT
+from pg_mcp_server.database.pinned import pin
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""
@@ -193,7 +194,7 @@ async def foreign_keys_of(
     conn: asyncpg.Connection, schema: str, table: str
 ) -> tuple[list[ForeignKey], list[ForeignKey]]:
     """Outgoing and incoming keys of a table (one statement); TABLE_NOT_FOUND if none such."""
-    row = await conn.fetchrow(FOREIGN_KEYS_OF, schema, table)
+    row = await conn.fetchrow(pin(FOREIGN_KEYS_OF), schema, table)
     assert row is not None
     if not row["found"]:
         raise await catalog.missing_table(conn, schema, table)

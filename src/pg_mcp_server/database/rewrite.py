@@ -41,6 +41,7 @@ from typing import Any
 
 from pglast import ast, enums, parse_sql, stream
 
+from pg_mcp_server.database.pinned import pin_tree
 from pg_mcp_server.errors import InvalidSqlError
 
 SENTINEL = "__pgmcp_end"
@@ -221,7 +222,7 @@ def build(
         else "'[]'"
     )
     (raw,) = parse_sql(_template(columns, typed, len(hidden), cells, limit, max_bytes))
-    outer: Any = raw.stmt
+    outer: Any = pin_tree(raw.stmt)  # ours only: the caller's statement goes in below
     window_level = outer.fromClause[0].subquery
     middle = window_level.fromClause[0].subquery
     middle.fromClause[0].subquery = inner

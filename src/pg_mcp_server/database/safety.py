@@ -24,6 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 import asyncpg
 
 from pg_mcp_server.database import sqltree
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.sqlrefs import Refs, refs_of
 
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
@@ -365,7 +366,7 @@ class Catalog:
     async def read(
         cls, conn: asyncpg.Connection, trusted_names: tuple[str, ...], generation: int
     ) -> Catalog:
-        row = await conn.fetchrow(CATALOG, list(trusted_names))
+        row = await conn.fetchrow(pin(CATALOG), list(trusted_names))
         assert row is not None
         catalog = cls(generation=generation, trusted_names=trusted_names)
         catalog._fill(row)
@@ -554,7 +555,7 @@ class Relations:
         return moved
 
     async def read(self, conn: asyncpg.Connection, oids: set[int], types: set[int]) -> None:
-        value = await conn.fetchval(RELATIONS, sorted(oids), sorted(types))
+        value = await conn.fetchval(pin(RELATIONS), sorted(oids), sorted(types))
         for r in rows(value):
             rel = Relation(
                 oid=r[0],

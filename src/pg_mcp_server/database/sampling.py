@@ -91,9 +91,13 @@ async def sample_rows(
     use_tablesample = (
         randomize and estimated > TABLESAMPLE_THRESHOLD and shape["relkind"] in _SAMPLEABLE
     )
+    # Our parts of this statement name their functions with pg_catalog by hand (see
+    # pinned.py): pin() would pin the caller's WHERE clause too, and change what it means.
+    # (Not the TABLESAMPLE method, which pglast cannot print qualified; it is found by its
+    # exact signature, system(internal), which only a C function can have.)
     order = ""
     if randomize:
-        order = " ORDER BY random()"
+        order = " ORDER BY pg_catalog.random()"
         notes.append("randomized")
     elif shape["primary_key"]:
         order = " ORDER BY " + ", ".join(quote_ident(c) for c in shape["primary_key"])

@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog import column_lines
+from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.errors import ParameterError
 
 MAX_WORDS = 8
@@ -127,6 +128,6 @@ async def search_tables(
 ) -> tuple[list[dict[str, Any]], int]:
     """The best `limit` matches and how many tables match in all."""
     words = search_words(query)
-    rows = await conn.fetch(SEARCH, words, limit, [f"%{w}%" for w in words])
+    rows = await conn.fetch(pin(SEARCH), words, limit, [f"%{w}%" for w in words])
     total = int(rows[0]["total"]) if rows else 0
     return [{k: v for k, v in r.items() if k != "total"} for r in rows], total

@@ -15,6 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from pg_mcp_server.database.pinned import pin
+
 # Settings an agent commonly needs (planner costs and memory, timeouts, locale, search path,
 # replication level), listed even when they are at their defaults. Names a server does not
 # know (other versions) simply do not appear.
@@ -162,7 +164,7 @@ SELECT pg_catalog.json_build_object(
 
 
 async def _document(conn: asyncpg.Connection, sql: str, *args: Any) -> dict[str, Any]:
-    value = await conn.fetchval(sql, *args)
+    value = await conn.fetchval(pin(sql), *args)
     # Pooled connections decode json themselves (SQLAlchemy's asyncpg dialect); others do not.
     document: dict[str, Any] = json.loads(value) if isinstance(value, str) else value
     return document

@@ -1,0 +1,306 @@
+"""Our own SQL, pinned to pg_catalog: nothing planted on the search path can take it over.
+
+A role that may create objects in a schema on the server's search path (often `public`) can
+plant an operator or function whose argument types match exactly where a statement relies on
+an implicit cast (`reltuples >= 0` is real against integer; the built-in is `>=(real, real)`).
+PostgreSQL prefers such an exact match in any schema over a built-in that needs a cast
+(CVE-2018-1058), so the planted function would run as the server's role. Every statement the
+server sends of its own therefore goes through `pin`, which rewrites its parse tree so that
+each function, operator, type and collation it names is looked up in pg_catalog only:
+
+- `f(x)` becomes `pg_catalog.f(x)`, `x::text` becomes `x::pg_catalog.text`;
+- `a >= b`, `a = ANY (b)`, `a || b` and `a IN (SELECT ...)` get `OPERATOR(pg_catalog.>=)`...;
+- constructs that look an operator up by a name SQL cannot qualify are spelled out:
+  `LIKE` is `~~`, `x IN (a, b)` is `x = a OR x = b`, `x BETWEEN a AND b` is `x >= a AND
+  x <= b`, `CASE x WHEN a` is `CASE WHEN x = a`, `NULLIF(x, a)` and `x IS DISTINCT FROM a`
+  are CASEs (each with the operator pinned). Those repeat `x`, so `x` must be a column, a
+  parameter or a constant; anything else, and `JOIN ... USING`, NATURAL joins and `ORDER BY
+  ... USING`, is refused with the spelling to use instead.
+
+The rewritten tree is deparsed, and the text parsed again must give the same tree with nothing
+left unpinned (`unpinned`), or `pin` raises. That takes 10 to 100 ms for most statements and
+a few hundred for describe_table's (pglast's parse trees and printer are Python), so each is
+pinned once, on first use, and kept: per call it costs one dict lookup.
+Identifiers of tables and columns are left alone: our statements name relations with their
+schema, and a column cannot be planted.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from pglast import ast, enums, parse_sql
+from pglast.parser import ParseError
+from pglast.stream import RawStream
+
+CATALOG = "pg_catalog"
+_K = enums.A_Expr_Kind
+_PINNED_KINDS = {_K.AEXPR_OP, _K.AEXPR_OP_ANY, _K.AEXPR_OP_ALL}
+# LIKE and its kin are plain operators once written with their names.
+_PATTERN_KINDS = {_K.AEXPR_LIKE, _K.AEXPR_ILIKE, _K.AEXPR_SIMILAR}
+# What may be repeated when a construct is spelled out.
+_SIMPLE = (ast.ColumnRef, ast.ParamRef, ast.A_Const)
+
+
+class UnpinnableSqlError(ValueError):
+    """A statement of ours uses a construct `pin` cannot pin; the message says what to write."""
+
+
+@functools.cache
+def pin(sql: str) -> str:
+    """`sql` (one or more statements) with every function, operator, type and collation
+    looked up in pg_catalog whatever the search path holds. Cached: call it where the
+    statement is sent."""
+    tree = parse_sql(sql)
+    for raw in tree:
+        raw.stmt = _pin(raw.stmt)
+    text: str = RawStream()(tree)
+    again = parse_sql(text)
+    if not _same(again, tree):
+        raise UnpinnableSqlError(f"pglast does not deparse the pinned statement faithfully: {text}")
+    left = _left(again)
+    if left:
+        raise UnpinnableSqlError(f"left unpinned: {', '.join(left)}")
+    return text
+
+
+def pin_tree(node: Any) -> Any:
+    """`node`, a parse tree of ours built at run time, pinned like `pin`'s statements (changed
+    in place, or replaced: use what it returns). Only the part that is ours: graft a caller's
+    statement in afterwards, or its names would be pinned too. Nothing checks the printed
+    text here: the tests run the constructs it builds (test_pinned_traps)."""
+    return _pin(node)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal trees, but for positions in the text, fields left at their defaults (a node
+    built here has None where the parser writes False or 0), and whether a call was written
+    as SQL syntax (`x AT TIME ZONE 'UTC'` comes back as `pg_catalog.timezone('UTC', x)`)."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, ast.Node) and isinstance(b, ast.Node):
+        return type(a) is type(b) and all(
+            _same(getattr(a, m), getattr(b, m))
+            for m in {*a, *b}
+            if m not in ("location", "funcformat")
+            and not m.endswith(("_location", "_len", "_start", "_end"))
+        )
+    return a == b or (not a and not b)
+
+
+def unpinned(sql: str) -> list[str]:
+    """What in `sql` PostgreSQL would look up on the search path (empty when pinned)."""
+    try:
+        tree = parse_sql(sql)
+    except ParseError as exc:
+        raise UnpinnableSqlError(f"does not parse ({exc}): {sql[:200]}") from None
+    return _left(tree)
+
+
+def _left(tree: Any) -> list[str]:
+    return sorted({found for node in _nodes(tree) if (found := _unpinned(node))})
+
+
+def _nodes(node: Any) -> Iterator[ast.Node]:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(item)
+        elif isinstance(item, ast.Node):
+            yield item
+            stack.extend(getattr(item, member) for member in item)
+
+
+_ANY_ALL = (
+    enums.SubLinkType.ANY_SUBLINK,
+    enums.SubLinkType.ALL_SUBLINK,
+    enums.SubLinkType.ROWCOMPARE_SUBLINK,
+)
+
+
+def _unpinned(node: ast.Node) -> str | None:
+    """What `node` has PostgreSQL look up by name on the search path, if anything."""
+    if isinstance(node, ast.FuncCall) and not _ours(node.funcname):
+        return f"function {_dotted(node.funcname)}"
+    if isinstance(node, ast.TypeName) and not _ours(node.names):
+        return f"type {_dotted(node.names)}"
+    if isinstance(node, ast.CollateClause) and not _ours(node.collname):
+        return f"collation {_dotted(node.collname)}"
+    if isinstance(node, ast.A_Expr):
+        if node.kind not in _PINNED_KINDS:
+            return f"{getattr(node.kind, 'name', node.kind)} ({_dotted(node.name)})"
+        return None if _ours(node.name) else f"operator {_dotted(node.name)}"
+    if isinstance(node, ast.SubLink) and node.subLinkType in _ANY_ALL:
+        return None if _ours(node.operName) else f"operator {_dotted(node.operName) or '='}"
+    if isinstance(node, ast.CaseExpr) and node.arg is not None:
+        return "CASE x WHEN (operator =)"
+    if isinstance(node, ast.JoinExpr) and (node.usingClause or node.isNatural):
+        return "JOIN USING or NATURAL JOIN (operator =)"
+    if isinstance(node, ast.SortBy) and node.useOp:
+        return f"ORDER BY USING (operator {_dotted(node.useOp)})"
+    if isinstance(node, ast.RangeTableSample) and not _ours(node.method):
+        return f"tablesample method {_dotted(node.method)}"
+    return None
+
+
+def _ours(name: tuple[ast.String, ...] | None) -> bool:
+    return name is not None and len(name) == 2 and name[0].sval == CATALOG
+
+
+def _dotted(name: tuple[ast.String, ...] | None) -> str:
+    return ".".join(part.sval or "" for part in name or ())
+
+
+# --- the rewrite ------------------------------------------------------------------------------
+
+
+def _pin(node: Any) -> Any:
+    """`node` with its subtree pinned (nodes changed in place, or replaced)."""
+    if isinstance(node, tuple):
+        return tuple(_pin(n) for n in node)
+    if not isinstance(node, ast.Node):
+        return node
+    for member in node:
+        value = getattr(node, member)
+        if isinstance(value, tuple | ast.Node):
+            setattr(node, member, _pin(value))
+    return _rewrite(node)
+
+
+def _name(
+    name: tuple[ast.String, ...] | None, default: str | None = None
+) -> tuple[ast.String, ...]:
+    """An operator, function, type or collation name, qualified with pg_catalog."""
+    if not name:
+        assert default is not None
+        name = (ast.String(default),)
+    if len(name) == 1:
+        return (ast.String(CATALOG), *name)
+    return name
+
+
+def _op(op: str, left: Any, right: Any) -> ast.A_Expr:
+    return ast.A_Expr(kind=_K.AEXPR_OP, name=_name((ast.String(op),)), lexpr=left, rexpr=right)
+
+
+def _bool(kind: enums.BoolExprType, args: list[Any]) -> Any:
+    return args[0] if len(args) == 1 else ast.BoolExpr(boolop=kind, args=tuple(args))
+
+
+def _simple(node: Any, construct: str, instead: str) -> Any:
+    """`node`, which a spelled-out `construct` repeats: only a column, parameter or constant
+    (possibly cast) may be repeated without being evaluated twice."""
+    inner = node.arg if isinstance(node, ast.TypeCast) else node
+    if not isinstance(inner, _SIMPLE):
+        raise UnpinnableSqlError(f"{construct} on an expression: write {instead}")
+    return node
+
+
+def _true(value: bool) -> ast.A_Const:
+    return ast.A_Const(val=ast.Boolean(value))
+
+
+def _case(whens: list[tuple[Any, Any]], default: Any) -> ast.CaseExpr:
+    return ast.CaseExpr(
+        args=tuple(ast.CaseWhen(expr=cond, result=result) for cond, result in whens),
+        defresult=default,
+    )
+
+
+def _rewrite(node: ast.Node) -> Any:
+    if isinstance(node, ast.FuncCall):
+        node.funcname = _name(node.funcname)
+    elif isinstance(node, ast.TypeName):
+        node.names = _name(node.names)
+    elif isinstance(node, ast.CollateClause):
+        node.collname = _name(node.collname)
+    elif isinstance(node, ast.SubLink) and node.subLinkType in (
+        enums.SubLinkType.ANY_SUBLINK,
+        enums.SubLinkType.ALL_SUBLINK,
+        enums.SubLinkType.ROWCOMPARE_SUBLINK,
+    ):
+        node.operName = _name(node.operName, "=")
+    elif isinstance(node, ast.A_Expr):
+        return _a_expr(node)
+    elif isinstance(node, ast.BoolExpr) and node.boolop != enums.BoolExprType.NOT_EXPR:
+        # `a OR (x = 1 OR x = 2)` from an IN list: one OR, as the text reads back
+        node.args = tuple(
+            item
+            for arg in node.args or ()
+            for item in (
+                (arg.args or ())
+                if isinstance(arg, ast.BoolExpr) and arg.boolop == node.boolop
+                else (arg,)
+            )
+        )
+    elif isinstance(node, ast.CaseExpr) and node.arg is not None:
+        arg = _simple(node.arg, "CASE x WHEN", "CASE WHEN x = ...")
+        whens = [(_op("=", copy.deepcopy(arg), w.expr), w.result) for w in node.args or ()]
+        return _case(whens, node.defresult)
+    elif isinstance(node, ast.JoinExpr) and (node.usingClause or node.isNatural):
+        raise UnpinnableSqlError("JOIN ... USING and NATURAL JOIN: write JOIN ... ON a.x = b.x")
+    elif isinstance(node, ast.SortBy) and node.useOp:
+        raise UnpinnableSqlError("ORDER BY ... USING: sort by the type's own order")
+    elif isinstance(node, ast.RangeTableSample):
+        raise UnpinnableSqlError("TABLESAMPLE: pglast does not deparse pg_catalog.system")
+    return node
+
+
+def _a_expr(node: ast.A_Expr) -> Any:
+    kind = node.kind
+    op = node.name[-1].sval if node.name else "="
+    left: Any = node.lexpr
+    right: Any = node.rexpr
+    items: tuple[Any, ...] = right if isinstance(right, tuple) else ()
+    if kind in _PINNED_KINDS or kind in _PATTERN_KINDS:
+        node.kind = _K.AEXPR_OP if kind in _PATTERN_KINDS else kind
+        node.name = _name(node.name)
+        return node
+    if kind == _K.AEXPR_IN:
+        _simple(left, "IN (...)", "x = ANY (ARRAY[...])")
+        if op == "=":  # x = a OR x = b, as PostgreSQL reads it
+            return _bool(
+                enums.BoolExprType.OR_EXPR, [_op("=", copy.deepcopy(left), v) for v in items]
+            )
+        return _bool(  # NOT IN: x <> a AND x <> b
+            enums.BoolExprType.AND_EXPR, [_op("<>", copy.deepcopy(left), v) for v in items]
+        )
+    if kind in (_K.AEXPR_BETWEEN, _K.AEXPR_NOT_BETWEEN):
+        _simple(left, "BETWEEN", "x >= a AND x <= b")
+        low, high = items
+        if kind == _K.AEXPR_BETWEEN:
+            return _bool(
+                enums.BoolExprType.AND_EXPR,
+                [_op(">=", left, low), _op("<=", copy.deepcopy(left), high)],
+            )
+        return _bool(
+            enums.BoolExprType.OR_EXPR,
+            [_op("<", left, low), _op(">", copy.deepcopy(left), high)],
+        )
+    if kind == _K.AEXPR_NULLIF:
+        _simple(left, "NULLIF", "CASE WHEN x = a THEN NULL ELSE x END")
+        null = ast.A_Const(isnull=True)
+        return _case([(_op("=", left, right), null)], copy.deepcopy(left))
+    if kind in (_K.AEXPR_DISTINCT, _K.AEXPR_NOT_DISTINCT):
+        # CASE WHEN x = y THEN <not distinct> WHEN x IS NULL THEN y IS [NOT] NULL ELSE
+        # <distinct> END: the comparison first, so that a parameter gets its type from it
+        # (`$1 IS NULL` first would leave it undetermined).
+        _simple(left, "IS DISTINCT FROM", "a CASE over = and IS NULL")
+        _simple(right, "IS DISTINCT FROM", "a CASE over = and IS NULL")
+        distinct = kind == _K.AEXPR_DISTINCT
+        test = enums.NullTestType.IS_NOT_NULL if distinct else enums.NullTestType.IS_NULL
+        return _case(
+            [
+                (_op("=", left, right), _true(not distinct)),
+                (
+                    ast.NullTest(arg=copy.deepcopy(left), nulltesttype=enums.NullTestType.IS_NULL),
+                    ast.NullTest(arg=copy.deepcopy(right), nulltesttype=test),
+                ),
+            ],
+            _true(distinct),
+        )
+    raise UnpinnableSqlError(f"{kind}: write it with plain comparisons")
