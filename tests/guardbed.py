@@ -207,10 +207,19 @@ CREATE TABLE public.plain (id int PRIMARY KEY);
 INSERT INTO public.plain VALUES (1), (2);
 """
 
-FOREIGN = """
+FOREIGN_WRAPPER = """
 CREATE EXTENSION postgres_fdw;
 CREATE SERVER loopback FOREIGN DATA WRAPPER postgres_fdw OPTIONS ({server});
 CREATE USER MAPPING FOR PUBLIC SERVER loopback OPTIONS ({mapping});
+"""
+# Where postgres_fdw is not installed (the pgserver wheel's PostgreSQL 16 ships none), a
+# wrapper without a handler: the foreign tables exist in the catalog as the guard sees them,
+# only reading them fails.
+NO_HANDLER_WRAPPER = """
+CREATE FOREIGN DATA WRAPPER loopback_fdw;
+CREATE SERVER loopback FOREIGN DATA WRAPPER loopback_fdw;
+"""
+FOREIGN = """
 GRANT USAGE ON FOREIGN SERVER loopback TO {role};
 SET ROLE {role};
 CREATE FOREIGN TABLE planter.remote_trap (n bigint)
@@ -266,6 +275,7 @@ class Bed:
     version: int  # PostgreSQL major version
     extension: bool  # the planter could install pg_trgm (a trusted extension)
     tablefunc: bool  # the server has tablefunc
+    fdw: bool = True  # postgres_fdw reaches the remote database (else foreign tables only exist)
 
     async def state(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -8,6 +8,7 @@ server's own SQL, so a wrong join in the server, or a fact dropped by compaction
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -324,21 +325,25 @@ async def test_partitioned_table_lists_its_partitions_and_their_keys(
         assert part.partition_of == "payment"
 
 
+STAND_IN = "runs function public.crosstab(text, text), which runs SQL built at run time"
+
+
 @pytest.mark.parametrize("name", DATASETS)
 async def test_sample_rows_serialize_for_every_table(datasets: dict[str, str], name: str) -> None:
     dsn = datasets[name]
     relations = await fetch(dsn, TRUTH_TABLES)
     async with connect(dsn) as client:
         for rel in relations:
-            out = GetSampleRowsOutput.model_validate(
-                await call(
-                    client,
-                    "get_sample_rows",
-                    table_name=rel["name"],
-                    schema_name=rel["schema"],
-                    limit=3,
-                )
-            )
+            args = {"table_name": rel["name"], "schema_name": rel["schema"], "limit": 3}
+            result = await client.call_tool("get_sample_rows", args)
+            body = json.loads(result.content[0].text)  # type: ignore[union-attr]
+            if result.is_error and STAND_IN in body["error"]["message"]:
+                # Without contrib's tablefunc (the pgserver wheel's 16), the test bed's crosstab
+                # stand-in runs its SQL text with EXECUTE, which the guard rightly refuses.
+                assert body["error"]["context"]["rule"] == "unanalysable_body", body
+                continue
+            assert not result.is_error, body
+            out = GetSampleRowsOutput.model_validate(body)
             assert out.row_count == len(out.rows) <= 3
             for row in out.rows:
                 assert len(row) == len(out.columns)

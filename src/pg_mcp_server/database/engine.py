@@ -226,7 +226,8 @@ class Database:
             assert isinstance(conn, asyncpg.Connection)
             # A session still inside a transaction must never be handed out (_end rolls back
             # before reuse; this is the backstop): it would hold its locks and stale now().
-            if not conn.is_closed() and not conn.is_in_transaction():
+            usable = not conn.is_closed() and not conn.is_in_transaction()
+            if usable and (not _probing.get() or await _answers(conn)):
                 return sa_conn, conn
             logger.info(
                 "discarding a pooled connection %s",
@@ -296,16 +297,26 @@ class Database:
         another connection when the first turned out to be dead, or in a new transaction when
         a prepared statement no longer fits its tables. Every tool only reads, so running it
         again is safe. The one place calls are retried."""
-        for attempt in (1, 2):
-            use = self.session() if own else self.read_only(timeout_ms, explicit=explicit)
-            try:
-                async with use as conn:
-                    return await work(conn)
-            except (ConnectionLostError, StatementChangedError) as exc:
-                if attempt == 2:
-                    raise
-                logger.info("%s; running the call again", exc.message)
-        raise AssertionError("unreachable")
+        probing = None
+        try:
+            for attempt in (1, 2):
+                use = self.session() if own else self.read_only(timeout_ms, explicit=explicit)
+                try:
+                    async with use as conn:
+                        return await work(conn)
+                except (ConnectionLostError, StatementChangedError) as exc:
+                    if attempt == 2:
+                        raise
+                    logger.info("%s; running the call again", exc.message)
+                    if isinstance(exc, ConnectionLostError):
+                        # What closed one session (a restart, an administrator terminating
+                        # the server's sessions) has usually closed the pooled others too,
+                        # and the driver may not have read their end yet: probe them.
+                        probing = _probing.set(True)
+            raise AssertionError("unreachable")
+        finally:
+            if probing is not None:
+                _probing.reset(probing)
 
     @asynccontextmanager
     async def _use(self, ms: int, begin: bool) -> AsyncIterator[asyncpg.Connection]:
@@ -399,6 +410,19 @@ async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, sql: str) -> 
     except Exception as exc:
         logger.info("discarding a pooled connection that could not be reset (%s)", _reason(exc))
     await _discard(sa_conn)
+
+
+# Set for a call run again after a lost connection (Database.run): its checkout probes each
+# pooled session with a round trip before handing it out.
+_probing: ContextVar[bool] = ContextVar("probing", default=False)
+
+
+async def _answers(conn: asyncpg.Connection) -> bool:
+    try:
+        await conn.fetchval("SELECT 1")
+    except Exception:
+        return False
+    return True
 
 
 async def _discard(sa_conn: AsyncConnection) -> None:
