@@ -65,6 +65,13 @@ INSERT INTO public.events VALUES ('2024-05-05', 1);
 INSERT INTO public.big SELECT i, i % 7 FROM pg_catalog.generate_series(1, 20000) i;
 -- order_lines stays unanalyzed (reltuples = -1): both row-estimate paths run
 ANALYZE public.customers, public.orders, public.big, public.events;
+-- No autoanalyze later (the inserts count as changes only once this commits, after the
+-- ANALYZE): it would change the answers' stats_as_of between the two sweeps.
+ALTER TABLE public.customers SET (autovacuum_enabled = off);
+ALTER TABLE public.orders SET (autovacuum_enabled = off);
+ALTER TABLE public.order_lines SET (autovacuum_enabled = off);
+ALTER TABLE public.events_2024 SET (autovacuum_enabled = off);
+ALTER TABLE public.big SET (autovacuum_enabled = off);
 """
 
 # (operator, left, right, result, an expression that resolves to it once it is planted).
