@@ -19,6 +19,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, connect, execute, records
+from serverproc import INIT
 
 PROMPTS = {"explore-database", "analyze-table", "write-query", "generate-report", "find-data"}
 LAYERS = ["list_schemas", "list_tables", "describe_table", "get_foreign_keys", "execute_query"]
@@ -141,18 +142,6 @@ async def test_bad_prompt_requests_are_named_bounded_and_logged_once(
     ours = [r for r in caplog.records if r.name.startswith("pg_mcp_server")]
     assert len([r for r in ours if "prompt" in r.getMessage()]) == 9
     assert all(r.exc_info is None and len(r.getMessage()) < 1000 for r in caplog.records)
-
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def test_huge_names_over_stdio_get_small_answers_and_small_logs(
