@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import lzma
 import os
 import statistics
 import subprocess
@@ -14,15 +15,18 @@ from mcp import Client
 from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGILA = ROOT.parent / "shared" / "datasets" / "pagila"
+PAGILA = ROOT / "tests" / "datasets" / "pagila"  # the tests' copy, xz-compressed
 
 
 def load_pagila(dsn: str) -> None:
     """Pagila's schema and data through psql, then VACUUM ANALYZE."""
-    files = [arg for f in ("pagila-schema.sql", "pagila-data.sql") for arg in ("-f", PAGILA / f)]
+    script = b"\n".join(
+        lzma.decompress((PAGILA / f).read_bytes())
+        for f in ("pagila-schema.sql.xz", "pagila-data.sql.xz")
+    )
     subprocess.run(
-        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, *files, "-c", "VACUUM ANALYZE"],
-        check=True, stdout=subprocess.DEVNULL, timeout=300,
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", "-", "-c", "VACUUM ANALYZE"],
+        input=script, check=True, stdout=subprocess.DEVNULL, timeout=300,
     )  # fmt: skip
 
 

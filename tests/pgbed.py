@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+import lzma
 import os
 import re
 import secrets
@@ -33,15 +34,16 @@ from pg_mcp_server.embedded import EmbeddedPostgres
 
 _log = logging.getLogger(__name__)
 
-# tests/ -> repo root -> its parent, where ../shared lives next to the checkout.
-DATASETS_DIR = Path(__file__).parents[1].parent / "shared" / "datasets"
+# The sample databases live in the repository (xz-compressed, with their licences and
+# provenance): a clone tests itself with nothing beside it.
+DATASETS_DIR = Path(__file__).parent / "datasets"
 
 # Files per dataset, in load order (see DATASETS_DIR / "README.md").
 DATASET_FILES: dict[str, tuple[str, ...]] = {
-    "pagila": ("pagila/pagila-schema.sql", "pagila/pagila-data.sql"),
-    "chinook": ("chinook/Chinook_PostgreSql.sql",),
-    "northwind": ("northwind/northwind.sql",),
-    "adventureworks": ("adventureworks/adventureworks.sql",),
+    "pagila": ("pagila/pagila-schema.sql.xz", "pagila/pagila-data.sql.xz"),
+    "chinook": ("chinook/Chinook_PostgreSql.sql.xz",),
+    "northwind": ("northwind/northwind.sql.xz",),
+    "adventureworks": ("adventureworks/adventureworks.sql.xz",),
 }
 
 DEFAULT_IMAGE = "postgres:17"
@@ -225,7 +227,7 @@ def start_server() -> PgServer:
     return _start_container() if _docker_available() else _start_embedded()
 
 
-# --- loading the shared sample datasets ------------------------------------------------------
+# --- loading the sample datasets (tests/datasets) ---------------------------------------------
 
 # Stand-ins for the contrib extensions AdventureWorks installs, for servers built without
 # contrib (the pgserver wheel): SQL that does what the dataset needs from each.
@@ -321,13 +323,9 @@ def without_xml_values(sql: str) -> str:
     return "\n".join(out)
 
 
-async def _run_psql(psql: Path, dsn: str, files: list[Path], stdin: bytes | None) -> None:
-    args = ["-v", "ON_ERROR_STOP=1", "-q", "-X", "-d", dsn]
-    for path in files:
-        args += ["-f", str(path)]
-    if stdin is not None:
-        args += ["-f", "-"]
-    args += ["-c", "ANALYZE"]  # psql runs -f and -c in the order given
+async def _run_psql(psql: Path, dsn: str, stdin: bytes) -> None:
+    # psql runs -f and -c in the order given: the script from stdin, then ANALYZE.
+    args = ["-v", "ON_ERROR_STOP=1", "-q", "-X", "-d", dsn, "-f", "-", "-c", "ANALYZE"]
     # Chinook and Northwind are thousands of autocommitted INSERTs: without a WAL flush per
     # commit they load several times faster. Session-level, so fine on a shared server too.
     env = dict(os.environ)
@@ -336,7 +334,7 @@ async def _run_psql(psql: Path, dsn: str, files: list[Path], stdin: bytes | None
         str(psql),
         *args,
         env=env,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -346,22 +344,21 @@ async def _run_psql(psql: Path, dsn: str, files: list[Path], stdin: bytes | None
         raise RuntimeError(f"psql exited with {proc.returncode}: {tail}")
 
 
-def _adapted_script(name: str, features: ServerFeatures) -> bytes | None:
-    """The dataset's SQL edited for what this server lacks, or None to load the files as-is.
+def dataset_sql(name: str) -> str:
+    """Dataset ``name``'s SQL, its files decompressed and joined in load order."""
+    parts = [lzma.decompress((DATASETS_DIR / rel).read_bytes()) for rel in DATASET_FILES[name]]
+    return "\n".join(part.decode("utf-8") for part in parts)
 
-    Edited text goes to psql's stdin: the shared datasets directory is read-only.
-    """
-    if name != "adventureworks":
-        return None
-    missing = sorted(EXTENSION_STANDINS.keys() - features.extensions)
-    if not missing and features.xml:
-        return None
-    (relative,) = DATASET_FILES[name]
-    sql = (DATASETS_DIR / relative).read_text(encoding="utf-8")
-    for extension in missing:
-        sql = without_extension(sql, extension)
-    if not features.xml:
-        sql = without_xml_values(sql)
+
+def _script(name: str, features: ServerFeatures) -> bytes:
+    """The dataset's SQL, edited for what this server lacks (AdventureWorks' contrib
+    extensions, libxml), for psql's stdin."""
+    sql = dataset_sql(name)
+    if name == "adventureworks":
+        for extension in sorted(EXTENSION_STANDINS.keys() - features.extensions):
+            sql = without_extension(sql, extension)
+        if not features.xml:
+            sql = without_xml_values(sql)
     return sql.encode()
 
 
@@ -369,11 +366,10 @@ async def load_dataset(server: PgServer, name: str, features: ServerFeatures) ->
     """Create a fresh database and load dataset ``name`` into it with psql."""
     db = await server.create_database(name)
     started = time.perf_counter()
-    # The edit is CPU-bound (17 MB for AdventureWorks): keep the other loads going meanwhile.
-    stdin = await asyncio.to_thread(_adapted_script, name, features)
-    files = [] if stdin is not None else [DATASETS_DIR / rel for rel in DATASET_FILES[name]]
+    # Decompressing (17 MB for AdventureWorks) is CPU-bound: keep the other loads going.
+    stdin = await asyncio.to_thread(_script, name, features)
     try:
-        await _run_psql(server.psql_path, db.dsn, files, stdin)
+        await _run_psql(server.psql_path, db.dsn, stdin)
     except RuntimeError as exc:
         raise RuntimeError(f"loading dataset {name} failed: {exc}") from exc
     _log.info("loaded %s in %.1f s", name, time.perf_counter() - started)
@@ -382,8 +378,6 @@ async def load_dataset(server: PgServer, name: str, features: ServerFeatures) ->
 
 async def load_datasets(server: PgServer, names: Iterable[str]) -> dict[str, Database]:
     """Load several datasets concurrently (one psql each): the slowest one sets the pace."""
-    if not DATASETS_DIR.is_dir():
-        raise RuntimeError(f"sample datasets not found at {DATASETS_DIR}")
     features = await server_features(server)
     wanted = list(names)
     loaded = await asyncio.gather(

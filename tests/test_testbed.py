@@ -31,7 +31,7 @@ async def _fetch(dsn: str, sql: str, *args: Any) -> list[Any]:
 
 
 # (top-level tables, partitions, foreign keys, largest table, its row count):
-# the figures in ../shared/datasets/README.md.
+# the figures of the datasets' upstream sources (tests/datasets/*/SOURCE.md).
 EXPECTED_SHAPE = {
     "chinook": (11, 0, 11, "public.playlist_track", 8715),
     "northwind": (14, 0, 13, "public.order_details", 2155),
