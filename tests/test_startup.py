@@ -3,16 +3,19 @@ an unreachable database is named (never with its password) and the server keeps 
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
+import asyncpg
 import psutil
 import pytest
 from mcp import Client, StdioServerParameters
-from mcpclient import call, call_error, connect
+from mcpclient import call, call_error, connect, execute, fetch
 from serverproc import EXECUTABLE, Server, clean_env, uv_run
 
 SECRET = "s3cret-never-shown"
@@ -104,6 +107,91 @@ def test_an_unreachable_database_is_named_and_the_server_keeps_serving(tmp_path:
         line = next(m for m in log if "cannot reach PostgreSQL" in m)
         assert "host 127.0.0.1, port 1, database appdb, user alice" in line
         assert "connects again at every tool call" in line
+        assert SECRET not in server.stderr_path.read_text()
+    finally:
+        server.close()
+
+
+# Each holds a character a URI must percent-encode; "9876" follows it, so a message quoting
+# any fragment of the password would show "9876".
+RAW_PASSWORDS = ["ab/cd9876", "ab?cd9876", "ab#cd9876", "ab@cd9876", "ab%zz9876", "ab cd9876"]
+
+
+@pytest.mark.parametrize("password", RAW_PASSWORDS)
+def test_a_password_that_needs_encoding_is_refused_naming_the_fix(
+    tmp_path: Path, password: str
+) -> None:
+    done = start(env={"PG_DSN": f"postgresql://alice:{password}@127.0.0.1:5432/app"}, cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "must percent-encode" in line and "PG_PASSWORD" in line, line
+    assert "9876" not in done.stderr and "cd" not in line.split("PG_DSN (or --dsn):")[1][:120]
+
+
+async def test_any_password_works_percent_encoded_or_in_pg_password(
+    demo_dsn: str, tmp_path: Path
+) -> None:
+    """A role whose password holds every character a URI reserves connects with it
+    percent-encoded in the DSN, and with it in PG_PASSWORD and left out of the DSN."""
+    password = "p/q?r#s@t%u:v w&x=y"
+    role = f"pw_{secrets.token_hex(4)}"
+    await execute(demo_dsn, f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+    # The test server trusts every local connection: make it check this role's password.
+    hba = Path((await fetch(demo_dsn, "SHOW hba_file"))[0][0])
+    original = hba.read_text()
+    hba.write_text(
+        f"local all {role} scram-sha-256\nhost all {role} 127.0.0.1/32 scram-sha-256\n" + original
+    )
+    await execute(demo_dsn, "SELECT pg_reload_conf()")
+    try:
+        parts = urlsplit(demo_dsn)
+        assert "user=" not in parts.query  # the role goes in the URI's user info
+
+        def as_role(userinfo: str) -> str:
+            hosts = parts.netloc.rpartition("@")[2]
+            return parts._replace(netloc=f"{userinfo}@{hosts}").geturl()
+
+        # Wait until the reload is in force: a wrong password is refused.
+        for _ in range(200):
+            try:
+                await fetch(as_role(f"{role}:wrong"), "SELECT 1")
+            except asyncpg.InvalidPasswordError:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the server never started checking the role's password")
+        encoded = as_role(f"{role}:{quote(password, safe='')}")
+        for dsn, extra in ((encoded, {}), (as_role(role), {"PG_PASSWORD": password})):
+            params = StdioServerParameters(
+                command=EXECUTABLE, args=[], env=clean_env(PG_DSN=dsn, **extra), cwd=tmp_path
+            )
+            async with Client(params) as client:
+                info = await call(client, "list_schemas")
+                assert "public" in {s["name"] for s in info["schemas"]}
+    finally:
+        hba.write_text(original)
+        await execute(demo_dsn, "SELECT pg_reload_conf()")
+        await execute(demo_dsn, f"DROP ROLE {role}")
+
+
+def test_pg_password_over_a_dsn_password_is_named(tmp_path: Path) -> None:
+    dsn = f"postgresql://alice:{SECRET}@127.0.0.1:1/appdb"
+    server = Server(
+        [EXECUTABLE], clean_env(PG_DSN=dsn, PG_PASSWORD=SECRET + "2"), tmp_path / "stderr.log"
+    )
+    try:
+        server.initialize()
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "list_schemas", "arguments": {}},
+            }
+        )
+        server.read()
+        line = next(m for m in server.log_lines() if "cannot reach PostgreSQL" in m)
+        assert "password PG_PASSWORD, which overrides the one in the DSN" in line, line
         assert SECRET not in server.stderr_path.read_text()
     finally:
         server.close()

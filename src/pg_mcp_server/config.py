@@ -7,6 +7,7 @@ description, and `tests/test_config.py` checks that each is documented in the RE
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Annotated, Any, Literal
 
@@ -133,8 +134,14 @@ class DatabaseSettings(BaseSettings):
     def target(self) -> dsn_text.Target:
         """Where the server connects (for messages: no password)."""
         if self.dsn is not None:
-            return dsn_text.target(self.dsn.get_secret_value())
-        return dsn_text.Target(self.host, str(self.port), self.database, self.user)
+            found = dsn_text.target(self.dsn.get_secret_value())
+        else:
+            found = dsn_text.Target(self.host, str(self.port), self.database, self.user)
+        if self.password is None:
+            return found
+        return dataclasses.replace(
+            found, password_from="PG_PASSWORD", password_overridden=found.password_from is not None
+        )
 
 
 class ServerSettings(BaseSettings):

@@ -40,13 +40,19 @@ class Target:
     port: str | None
     database: str | None
     user: str | None
+    # Where the password comes from (never the password): "PG_PASSWORD", "the DSN", or None.
+    password_from: str | None = None
+    password_overridden: bool = False  # PG_PASSWORD set AND the DSN holds one: PG_PASSWORD wins
 
     def describe(self) -> str:
         user = self.user or os.environ.get("PGUSER") or _os_user()
         host = self.host or os.environ.get("PGHOST") or "localhost (or the local socket)"
         port = self.port or os.environ.get("PGPORT") or "5432"
         database = self.database or os.environ.get("PGDATABASE") or user
-        return f"host {host}, port {port}, database {database}, user {user}"
+        password = self.password_from or "none given (~/.pgpass or PGPASSWORD, if any)"
+        if self.password_overridden:
+            password += ", which overrides the one in the DSN"
+        return f"host {host}, port {port}, database {database}, user {user}, password {password}"
 
 
 def _os_user() -> str:
@@ -106,7 +112,47 @@ def _value(text: str, pos: int, key: str) -> tuple[str, int]:
     return text[pos:end], end
 
 
+# What a URI's user:password part may hold unencoded (RFC 3986 userinfo): letters, digits,
+# `-._~`, sub-delimiters, `:` and percent-escapes.
+_USERINFO = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:]|%[0-9A-Fa-f]{2}")
+ENCODE_HINT = (
+    'percent-encode it (python3 -c "import sys, urllib.parse; '
+    "print(urllib.parse.quote(sys.argv[1], safe=''))\" 'the-password'), or leave the password "
+    "out of the URI and set PG_PASSWORD (or use ~/.pgpass)"
+)
+
+
+def _check_userinfo(uri: str) -> None:
+    """Refuse a user name or password holding a character that a URI must percent-encode
+    (`/ ? # @ %` and others): the URI then splits in the wrong place, and the driver's own
+    error quotes a fragment of the password as a port, a query field or a host name. Which
+    character, or where, is never said: that would show part of the secret."""
+    rest = uri.split("://", 1)[1]
+    at = rest.rfind("@")
+    if at < 0:
+        return
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in authority:
+        userinfo = authority.rpartition("@")[0]
+    else:
+        # The '@' comes after a '/', '?' or '#'. In a query value (`?application_name=a@b`)
+        # it is fine, unless the authority reads as user:password (no port after the ':').
+        before = rest[:at]
+        query = before.partition("?")[2]
+        port = authority.rpartition(":")[2] if ":" in authority else ""
+        no_password = ":" not in authority or port.replace(",", "").isdigit()
+        if "=" in query and no_password:
+            return
+        userinfo = before
+    if _USERINFO.sub("", userinfo):
+        raise DsnError(
+            "the user name or password in the connection URI holds a character a URI must "
+            f"percent-encode (one of / ? # @ % [ ] or a space): {ENCODE_HINT}"
+        )
+
+
 def _check_uri(uri: str) -> None:
+    _check_userinfo(uri)
     try:
         parts = urlsplit(uri)
         query = parse_qs(parts.query, strict_parsing=True) if parts.query else {}
@@ -146,9 +192,11 @@ def target(dsn: str) -> Target:
     user = unquote(auth.partition(":")[0]) if auth else None
     host, port = _host_port(hosts.split(",")[0])
     database = unquote(parts.path.lstrip("/")) or None
+    has_password = ":" in auth or "password" in query
     return Target(
         host=query.get("host") or unquote(host) or None,
         port=query.get("port") or port or None,
         database=query.get("dbname") or query.get("database") or database,
         user=query.get("user") or user,
+        password_from="the DSN" if has_password else None,
     )

@@ -479,7 +479,9 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
         if isinstance(err, asyncpg.InvalidAuthorizationSpecificationError):
             return DatabaseConnectionError(
                 "The database rejected the credentials.",
-                suggestion="Check PG_USER / PG_PASSWORD (or the DSN).",
+                suggestion="Check the user and password: PG_PASSWORD, when set, wins over a "
+                "password in PG_DSN; without either, libpq's ~/.pgpass applies. The start-up "
+                "log line 'cannot reach PostgreSQL' says which one was used.",
             )
         if isinstance(err, asyncpg.InvalidCatalogNameError):
             return DatabaseConnectionError(
