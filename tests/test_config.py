@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from pg_mcp_server.__main__ import parse_args, settings_from_args
-from pg_mcp_server.config import DatabaseSettings, ServerSettings, Settings
+from pg_mcp_server.config import (
+    DatabaseSettings,
+    ServerSettings,
+    Settings,
+    package_version,
+    unknown_settings,
+)
 
 README = (Path(__file__).parents[1] / "README.md").read_text()
 
@@ -113,3 +119,38 @@ def test_a_password_can_stay_out_of_the_dsn(monkeypatch: pytest.MonkeyPatch) -> 
         "dsn": "postgresql://reader@db/app",
         "password": "s3cret",
     }
+
+
+def _run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pg_mcp_server", *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        cwd=cwd,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_version_and_help_name_the_version_and_every_setting(tmp_path: Path) -> None:
+    version = _run("--version", env={}, cwd=tmp_path)
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"pg-mcp-server {package_version()}"
+    shown = _run("--help", env={}, cwd=tmp_path)
+    assert shown.returncode == 0
+    text = " ".join(shown.stdout.split())  # argparse wraps the epilog
+    for name in env_names():
+        assert name in text, name
+
+
+def test_a_misspelt_setting_is_named_with_the_closest_one(tmp_path: Path) -> None:
+    """PG_DNS is ignored, as before, but said so at start; a known one is not mentioned."""
+    env = {"PG_DNS": "postgresql://u@h/db", "PG_DSN": "postgresql://u@127.0.0.1:1/db"}
+    env |= {"MCP_PROT": "8081", "MCP_LOG_FORMAT": "text"}
+    proc = _run(env=env, cwd=tmp_path)  # stdin is empty: it stops at once
+    lines = [line for line in proc.stderr.splitlines() if "is not a setting" in line]
+    assert len(lines) == 2, proc.stderr
+    assert "PG_DNS is not a setting and is ignored; did you mean PG_DSN?" in lines[1]
+    assert "MCP_PROT is not a setting and is ignored; did you mean MCP_PORT?" in lines[0]
+    assert unknown_settings({"PG_DSN": "x", "MCP_PORT": "1", "PG_TEST_SERVER": "pg15"}) == []

@@ -13,13 +13,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
 
 from pydantic import SecretStr, ValidationError
 
-from pg_mcp_server.config import Settings, describe_errors, package_version
+from pg_mcp_server.config import (
+    Settings,
+    describe_errors,
+    package_version,
+    setting_names,
+    unknown_settings,
+)
 from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.signals import Signals, Stop
 
@@ -58,7 +65,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="pg-mcp-server",
         description="PostgreSQL MCP server: schema discovery and read-only queries for LLM "
         "agents. Speaks MCP on stdin/stdout (for a client to start) or Streamable HTTP.",
+        epilog="Settings come from the environment (or a .env file in the working directory); "
+        "a flag wins over its variable. Each is described in the README, Configuration: "
+        + ", ".join(setting_names()),
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     p.add_argument("--transport", choices=["stdio", "http"], help="stdio (default) or http")
     p.add_argument("--host", help="HTTP bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="HTTP port (default 8080)")
@@ -275,6 +286,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 print(f"pg-mcp-server: invalid configuration: {line}", file=sys.stderr)
             return 2
         configure_logging(settings.server.log_level, settings.server.log_format)
+        for line in unknown_settings(os.environ):
+            logging.getLogger("pg_mcp_server").warning(line)
         check_bind(settings)
         if settings.server.transport == "stdio" and _is_terminal(sys.stdin):
             print(banner(sys.argv), file=sys.stderr, flush=True)

@@ -8,7 +8,9 @@ description, and `tests/test_config.py` checks that each is documented in the RE
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -382,3 +384,36 @@ class Settings(BaseSettings):
             database=DatabaseSettings(**db_overrides),
             server=ServerSettings(**srv_overrides),
         )
+
+
+def setting_names() -> list[str]:
+    """Every environment variable a setting reads (its aliases included), sorted."""
+    names = {"DATABASE_URL"}
+    for model, prefix in ((DatabaseSettings, "PG_"), (ServerSettings, "MCP_")):
+        for field_name, field in model.model_fields.items():
+            names.add(f"{prefix}{field_name.upper()}")
+            alias = field.validation_alias
+            if isinstance(alias, AliasChoices):
+                names.update(a for a in alias.choices if isinstance(a, str) and a.isupper())
+    return sorted(names)
+
+
+# Prefixes of variables that start like a setting but belong to something else (the test
+# suite's server choice, CI).
+_NOT_SETTINGS = ("PG_TEST_", "PG_MCP_CI_")
+
+
+def unknown_settings(environ: Mapping[str, str]) -> list[str]:
+    """One line per PG_* / MCP_* variable that no setting reads (a misspelt one is otherwise
+    silently ignored), naming the closest known setting."""
+    known = setting_names()
+    lines = []
+    for name in sorted(environ):
+        if not name.startswith(("PG_", "MCP_")) or name.startswith(_NOT_SETTINGS):
+            continue
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else "; see README, Configuration"
+        lines.append(f"{name} is not a setting and is ignored{hint}")
+    return lines
