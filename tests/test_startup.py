@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -270,3 +271,20 @@ def test_initialize_is_answered_before_the_database_layer_is_imported(demo_dsn: 
     assert imported == "[]"
     tools, loaded = listed.split()
     assert int(tools) >= 9 and loaded == "True"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_is_one_line_naming_it(tmp_path: Path, workers: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        done = start(
+            "--transport", "http", "--port", port, "--workers", workers,
+            env={"PG_DSN": f"postgresql://alice:{SECRET}@127.0.0.1:1/appdb"}, cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 4
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"pg-mcp-server: cannot serve HTTP: port {port} on 127.0.0.1 is")
+    assert "Traceback" not in done.stderr and "Errno" not in done.stderr
+    assert "serving Streamable HTTP" not in done.stderr

@@ -60,6 +60,10 @@ class CannotStart(Exception):
     """Something the configuration needs is missing (exit code 2)."""
 
 
+class AddressInUse(Exception):
+    """The HTTP port is taken (exit code 4)."""
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="pg-mcp-server",
@@ -236,7 +240,7 @@ def serve(settings: Settings, signals: Signals) -> None:
     )
     refuse_bad_definitions(settings)
     if settings.server.transport == "http":
-        from pg_mcp_server.workers import WorkerStartFailed, serve_http
+        from pg_mcp_server.workers import PortInUse, WorkerStartFailed, serve_http
 
         if role_warnings is None and settings.server.workers > 1:
             # Once here rather than once per worker (each would log the same findings).
@@ -248,6 +252,8 @@ def serve(settings: Settings, signals: Signals) -> None:
 
         try:
             serve_http(settings, role_warnings, signals)
+        except PortInUse as exc:
+            raise AddressInUse(str(exc)) from None
         except WorkerStartFailed as exc:
             raise RefusedToStart(f"{exc} (see the log above)") from None
         return
@@ -304,6 +310,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except CannotStart as exc:
         print(f"pg-mcp-server: {exc}", file=sys.stderr)
         return 2
+    except AddressInUse as exc:
+        print(f"pg-mcp-server: {exc}", file=sys.stderr)
+        return 4
     except (KeyboardInterrupt, Stop):
         pass
     return 0

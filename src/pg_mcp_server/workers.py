@@ -17,6 +17,7 @@ unwinds the supervising loop, which then stops every worker.
 
 from __future__ import annotations
 
+import errno
 import logging
 import multiprocessing
 import signal
@@ -38,6 +39,17 @@ STOP_S = 20.0  # how long stopping workers may take before they are killed
 
 class WorkerStartFailed(Exception):
     pass
+
+
+class PortInUse(Exception):
+    """The HTTP address is taken (another server, or another pg-mcp-server): exit code 4."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"cannot serve HTTP: port {port} on {host} is already in use (another "
+            "pg-mcp-server?); stop what holds it, or choose another port with --port or "
+            "MCP_PORT"
+        )
 
 
 def reuse_port() -> bool:
@@ -103,8 +115,23 @@ def _worker(
     _uvicorn(settings, role_warnings, sock or _listen(srv.host, srv.port, reuse_port=True))
 
 
+def _bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:
+    try:
+        return _listen(host, port, reuse_port=reuse_port)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port) from None
+        raise
+
+
 def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Signals) -> None:
     srv = settings.server
+    # Bound here, before the line that says it serves: a port in use is one line of ours
+    # (PortInUse), not uvicorn's error after a "serving" line. Without SO_REUSEPORT even for
+    # the workers' probe, so a port another server shares with SO_REUSEPORT counts as taken.
+    first = _bind(srv.host, srv.port, reuse_port=False)
+    if srv.workers > 1 and reuse_port():
+        first.close()  # each worker binds its own (SO_REUSEPORT)
     logger.info(
         "serving Streamable HTTP on http://%s:%s/mcp (auth %s, %d worker%s)",
         srv.host,
@@ -114,9 +141,12 @@ def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Sig
         "" if srv.workers == 1 else "s",
     )
     if srv.workers == 1:
-        _uvicorn(settings, role_warnings, None, signals)
+        try:
+            _uvicorn(settings, role_warnings, first, signals)
+        finally:
+            first.close()
         return
-    shared = None if reuse_port() else _listen(srv.host, srv.port, reuse_port=False)
+    shared = None if reuse_port() else first
     try:
         _supervise(srv.workers, settings, role_warnings, shared)
     finally:
