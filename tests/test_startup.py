@@ -288,3 +288,36 @@ def test_a_port_in_use_is_one_line_naming_it(tmp_path: Path, workers: str) -> No
     assert last.startswith(f"pg-mcp-server: cannot serve HTTP: port {port} on 127.0.0.1 is")
     assert "Traceback" not in done.stderr and "Errno" not in done.stderr
     assert "serving Streamable HTTP" not in done.stderr
+
+
+def test_a_host_that_never_answers_fails_after_the_connect_timeout(tmp_path: Path) -> None:
+    """Something accepts the TCP connection and never answers: each call fails after
+    PG_CONNECT_TIMEOUT, saying so, instead of hanging for the pool timeout."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshakes; nobody ever answers
+        port = silent.getsockname()[1]
+        env = clean_env(
+            PG_DSN=f"postgresql://alice@127.0.0.1:{port}/appdb",
+            PG_CONNECT_TIMEOUT="1",
+            PG_POOL_TIMEOUT="60",
+        )
+        server = Server([EXECUTABLE], env, tmp_path / "stderr.log")
+        try:
+            server.initialize()
+            server.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "list_schemas", "arguments": {}},
+                }
+            )
+            answer = server.read(timeout=30)  # well before PG_POOL_TIMEOUT's 60 s
+            text = str(answer["result"])
+            assert answer["result"]["isError"] and "CONNECTION_ERROR" in text
+            assert "did not answer within 1 s (PG_CONNECT_TIMEOUT)" in text
+            line = next(m for m in server.log_lines() if "cannot reach PostgreSQL" in m)
+            assert "PG_CONNECT_TIMEOUT" in line
+        finally:
+            server.close()

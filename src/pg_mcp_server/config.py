@@ -81,6 +81,12 @@ class DatabaseSettings(BaseSettings):
     pool_timeout: float = Field(
         default=30.0, gt=0, description="Seconds to wait for a pooled or new connection"
     )
+    connect_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a new connection may take to be answered (a host that accepts "
+        "and never answers fails after this, not after PG_POOL_TIMEOUT)",
+    )
 
     pool_mode: Literal["auto", "session", "transaction"] = Field(
         default="auto",

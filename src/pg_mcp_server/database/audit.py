@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 
 import anyio
-import asyncpg
 
-from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
+from pg_mcp_server.config import DatabaseSettings
+from pg_mcp_server.database.connect import connect
 
 logger = logging.getLogger("pg_mcp_server")
 
@@ -43,12 +43,7 @@ async def audit_role(settings: DatabaseSettings) -> list[str]:
     On a connection of its own, not the pool's: the audit runs while the server starts, and
     the pool's modules (SQLAlchemy) would cost `initialize` more than the audit itself.
     Unnamed statements (no statement cache), so it is safe through a pooler too."""
-    conn = await asyncpg.connect(
-        **settings.connect_kwargs(),
-        timeout=settings.pool_timeout,
-        statement_cache_size=0,
-        server_settings={"application_name": APPLICATION_NAME},
-    )
+    conn = await connect(settings, statement_cache_size=0)
     try:
         async with conn.transaction(readonly=True):
             await conn.execute(f"SET LOCAL statement_timeout = {int(settings.statement_timeout)}")

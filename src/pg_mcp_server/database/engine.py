@@ -36,7 +36,8 @@ import asyncpg
 import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
+from pg_mcp_server.config import DatabaseSettings
+from pg_mcp_server.database.connect import connect
 from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
@@ -134,10 +135,8 @@ class Database:
     # --- connections --------------------------------------------------------------------
 
     async def _open(self, pooled: bool) -> asyncpg.Connection:
-        return await asyncpg.connect(
-            **self.settings.connect_kwargs(),
-            timeout=self.settings.pool_timeout,
-            server_settings={"application_name": APPLICATION_NAME},
+        return await connect(
+            self.settings,
             # Behind a transaction pooler, named statements would outlive our transaction
             # on a server connection others use: asyncpg then parses every statement unnamed.
             statement_cache_size=0 if pooled else STATEMENT_CACHE,
@@ -464,6 +463,8 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
     """
     chain = _chain(exc)
     for err in chain:
+        if isinstance(err, PgMcpError):  # already ours (database/connect.py)
+            return err
         if isinstance(err, sqlalchemy.exc.TimeoutError):
             return DatabaseConnectionError(
                 "No database connection became free in time: the pool is busy.",
