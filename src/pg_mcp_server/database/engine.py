@@ -58,13 +58,33 @@ T = TypeVar("T")
 # Our own constant text, never a caller's SQL, so the simple protocol's multi-statement
 # message is fine here: one round trip each.
 _SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
-_BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}"
-# Before reuse: refuse a session where SQL-level PREPARE left a statement behind (the guard
-# never lets one through; this is the backstop), drop session advisory locks and LISTEN
-# registrations, reset every setting, then set the session up again.
+# The savepoint marks the transaction's first state, for _POOLED_END.
+_BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}; SAVEPOINT pg_mcp_start"
+# Before reuse, the session goes back to exactly the state it was set up in: the login role
+# and session authorization (RESET ALL leaves both alone, so a statement that ran
+# `set_config('role', ..., false)` would have every later call run as that role; DEFAULT is
+# allowed for any role and resets the role too), no session advisory lock, LISTEN, cursor,
+# temporary table or sequence state, every setting reset, then set up again. A session where
+# SQL-level PREPARE left a statement behind is refused (the guard never lets one through; this
+# is the backstop) and so discarded: DEALLOCATE ALL, like DISCARD ALL, would also drop the
+# driver's own prepared statements, which the statement cache relies on.
 _RESET = (
+    "SET SESSION AUTHORIZATION DEFAULT; "
     "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
-    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); UNLISTEN *; RESET ALL; " + _SESSION
+    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); "
+    "CLOSE ALL; UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES; RESET ALL; " + _SESSION
+)
+# Behind a transaction pooler the session is not ours to reset, and the next statement may
+# reach another server connection: what a statement could leave past its transaction is
+# cleared inside it, on the same server connection. ROLLBACK undoes settings (is_local false
+# too), role, session authorization and LISTEN; not session advisory locks, nor statements
+# prepared from SQL (seen on PostgreSQL 15 and 18). The savepoint makes this work after a
+# failed statement too; a prepared statement left behind fails it, and a client that goes
+# away in the middle of a transaction makes PgBouncer close that server connection.
+_POOLED_END = (
+    "ROLLBACK TO SAVEPOINT pg_mcp_start; "
+    "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
+    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK"
 )
 _DETECT = "SELECT pg_catalog.pg_backend_pid()"
 
@@ -122,6 +142,7 @@ class Database:
         self._releasing: set[asyncio.Task[None]] = set()
         self._session = _SESSION.format(ms=settings.statement_timeout)
         self._reset = pin(_RESET.format(ms=settings.statement_timeout))
+        self._pooled_end = pin(_POOLED_END)
         # True behind a transaction-mode pooler; None until the first connection tells (auto).
         self.pooled: bool | None = {"session": False, "transaction": True}.get(settings.pool_mode)
         self._detecting = asyncio.Lock()
@@ -356,7 +377,9 @@ class Database:
         if conn in self._raw_types:
             end = _discard(sa_conn)
         elif self.pooled:
-            end = _end(sa_conn, conn, "ROLLBACK")
+            # Outside a transaction (a custom write tool committed), there is nothing left
+            # here to clear: the next statement may reach another server connection.
+            end = _end(sa_conn, conn, self._pooled_end if conn.is_in_transaction() else "")
         else:
             rollback = "ROLLBACK; " if began or conn.is_in_transaction() else ""
             end = _end(sa_conn, conn, rollback + self._reset)
@@ -402,7 +425,8 @@ async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, sql: str) -> 
     answer before it sends this."""
     try:
         if not conn.is_closed():
-            await conn.execute(sql)
+            if sql:
+                await conn.execute(sql)
             await sa_conn.close()
             return
         logger.info("discarding a pooled connection the server closed")
