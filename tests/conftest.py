@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -13,6 +14,11 @@ from pgbed import DATASET_FILES, PgServer, load_datasets, start_server
 from pg_mcp_server.demo import load_demo
 
 _log = logging.getLogger(__name__)
+
+# The test PostgreSQL's role is a superuser, which a server refuses at start unless allowed:
+# servers the tests start (in process, or as a child inheriting this environment) allow it.
+# Tests of the refusal set it to false.
+os.environ.setdefault("MCP_ALLOW_PRIVILEGED_ROLE", "true")
 
 # =============================================================================================
 # PostgreSQL test bed: pg, datasets, demo_dsn, scratch_dsn (implementation in tests/pgbed.py).

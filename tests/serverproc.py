@@ -45,8 +45,11 @@ def uv_run(*args: str) -> list[str]:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without its settings, except that the test PostgreSQL's
+    superuser is allowed (MCP_ALLOW_PRIVILEGED_ROLE; pass "false" to see the refusal)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
     env.pop("DATABASE_URL", None)
+    env["MCP_ALLOW_PRIVILEGED_ROLE"] = "true"
     env.update(extra)
     return env
 

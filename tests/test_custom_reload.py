@@ -24,6 +24,7 @@ import pytest
 from customdefs import write
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error
+from serverproc import clean_env
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom.specs import DefinitionsError
@@ -333,7 +334,7 @@ async def test_an_unreachable_database_serves_the_file_unchecked(
 
 
 def _serve(dsn: str, path: Path, stdin: int) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env = clean_env()
     return subprocess.Popen(
         [EXECUTABLE, "--dsn", dsn, "--custom-definitions", str(path), "--log-format", "text"],
         stdin=stdin,
@@ -354,7 +355,7 @@ async def served(
         if hasattr(message, "method"):
             heard.append(message.method)
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env = clean_env()
     args = ["--dsn", dsn, "--custom-definitions", str(path), "--log-format", "text"]
     if transport == "stdio":
         params = StdioServerParameters(command=EXECUTABLE, args=args, env=env)

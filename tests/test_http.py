@@ -23,6 +23,7 @@ import pytest_asyncio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpclient import call, call_error, fetch, records
+from serverproc import clean_env
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 ACCEPT = "application/json, text/event-stream"
@@ -49,7 +50,7 @@ def free_port() -> int:
 @contextmanager
 def serve(dsn: str, *args: str, stderr: Path | None = None, **env: str) -> Iterator[Running]:
     port = free_port()
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    environ = clean_env()
     environ.update(env)
     log = stderr.open("wb") if stderr is not None else subprocess.DEVNULL
     proc = subprocess.Popen(

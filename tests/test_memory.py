@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 from mcp import Client, StdioServerParameters
 from mcpclient import call, execute
+from serverproc import clean_env
 
 CAP = 1_000_000
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
@@ -53,7 +54,7 @@ async def _peak(client: Client, pid: int, tool: str, **arguments: Any) -> int:
 
 @asynccontextmanager
 async def server(dsn: str) -> AsyncIterator[tuple[Client, int]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env = clean_env()
     env["MCP_MAX_RESULT_BYTES"] = str(CAP)
     params = StdioServerParameters(command=EXECUTABLE, args=["--dsn", dsn], env=env)
     async with Client(params) as client:

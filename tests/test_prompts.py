@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, connect, execute, records
-from serverproc import INIT
+from serverproc import INIT, clean_env
 
 PROMPTS = {"explore-database", "analyze-table", "write-query", "generate-report", "find-data"}
 LAYERS = ["list_schemas", "list_tables", "describe_table", "get_foreign_keys", "execute_query"]
@@ -148,7 +147,7 @@ def test_huge_names_over_stdio_get_small_answers_and_small_logs(
     demo_dsn: str, tmp_path: Path
 ) -> None:
     """Issue 15: one unknown prompt used to answer code 0 and write 1.8 MB to stderr."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env = clean_env()
     executable = str(Path(sys.executable).parent / "pg-mcp-server")
     # stderr to a file: a pipe left unread would block a server that logs megabytes.
     log = tmp_path / "stderr.log"

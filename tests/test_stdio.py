@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import psutil
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
+from serverproc import clean_env
 
 ALL_TOOLS = {
     "list_schemas",
@@ -29,7 +29,7 @@ EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 
 
 def params(*args: str) -> StdioServerParameters:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env = clean_env()
     env.pop("DATABASE_URL", None)
     return StdioServerParameters(command=EXECUTABLE, args=list(args), env=env)
 
@@ -89,7 +89,7 @@ INIT = (
 
 
 def _start(*args: str) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG_", "MCP_"))}
+    env = clean_env()
     proc = subprocess.Popen(
         [EXECUTABLE, *args],
         stdin=subprocess.PIPE,

@@ -5,7 +5,7 @@ they are needed, so that answering `initialize` waits for as little as possible 
 the demo's embedded PostgreSQL, ...) and a bad flag is reported before anything starts.
 
 Exit codes: 0 stopped normally (end of input, SIGINT, SIGTERM, SIGHUP), 2 bad configuration or a
-missing optional dependency, 3 refused to start (see `RefusedToStart`).
+missing optional dependency, 3 refused to start (see `RefusedToStart`: a privileged role, for one).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from pydantic import SecretStr, ValidationError
 
@@ -29,6 +30,9 @@ from pg_mcp_server.config import (
 )
 from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.signals import Signals, Stop
+
+if TYPE_CHECKING:
+    from pg_mcp_server.database.audit import RoleAudit
 
 # Where a setting can also come from a flag, its messages name both.
 FLAGS = {
@@ -165,34 +169,50 @@ def database(args: argparse.Namespace, settings: Settings) -> Iterator[Settings]
 
 
 async def preflight(settings: Settings) -> list[str]:
-    """The role audit; raises PgMcpError when the database cannot be reached (after logging
-    where it tried)."""
-    from pg_mcp_server.database.audit import RoleAudit
+    """The role audit's findings; raises PgMcpError when the database cannot be reached
+    (after logging where it tried)."""
     from pg_mcp_server.errors import DatabaseConnectionError
 
-    found = await RoleAudit().run_alone(settings.database)
-    if found is None:
+    audit = await audited(settings)
+    if audit.found is None:
         raise DatabaseConnectionError("The database could not be reached.")
-    return found
+    return audit.found
 
 
-def require_read_only_role(settings: Settings) -> list[str]:
-    """MCP_REQUIRE_READ_ONLY_ROLE: the audit must pass before anything is served. (Otherwise
-    it runs in the background once the server serves; see database/audit.py.)"""
+async def audited(settings: Settings) -> RoleAudit:
+    """The role audit, run (its `found` is None when the database cannot be reached)."""
+    from pg_mcp_server.database.audit import RoleAudit
+
+    audit = RoleAudit()
+    await audit.run_alone(settings.database)
+    return audit
+
+
+def check_role(settings: Settings) -> list[str] | None:
+    """The role audit, before anything is served: a privileged role (a superuser, or one that
+    reads or writes the server's files or runs programs there) is refused unless
+    MCP_ALLOW_PRIVILEGED_ROLE, and with MCP_REQUIRE_READ_ONLY_ROLE anything beyond reading is.
+    Its findings, or None when the database cannot be reached (the lifespan then audits again
+    in the background; see database/audit.py)."""
     import anyio
 
-    from pg_mcp_server.errors import PgMcpError
+    from pg_mcp_server.database.audit import refusal
 
-    try:
-        found = anyio.run(preflight, settings)
-    except PgMcpError:
+    audit = anyio.run(audited, settings)
+    if audit.found is None:
+        if settings.server.require_read_only_role:
+            raise RefusedToStart(
+                "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): the role could not be audited "
+                "because the database is not reachable (see the line above)"
+            )
+        return None
+    if audit.privileged and not settings.server.allow_privileged_role:
+        raise RefusedToStart(refusal(audit.privileged))
+    if audit.found and settings.server.require_read_only_role:
         raise RefusedToStart(
-            "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): the role could not be audited "
-            "because the database is not reachable (see the line above)"
-        ) from None
-    if found:
-        raise RefusedToStart("refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(found))
-    return found
+            "refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): " + "; ".join(audit.found)
+        )
+    return audit.found
 
 
 def banner(argv: Sequence[str]) -> str:
@@ -235,20 +255,10 @@ def refuse_bad_definitions(settings: Settings) -> None:
 
 
 def serve(settings: Settings, signals: Signals) -> None:
-    role_warnings = (
-        require_read_only_role(settings) if settings.server.require_read_only_role else None
-    )
+    role_warnings = check_role(settings)
     refuse_bad_definitions(settings)
     if settings.server.transport == "http":
         from pg_mcp_server.workers import PortInUse, WorkerStartFailed, serve_http
-
-        if role_warnings is None and settings.server.workers > 1:
-            # Once here rather than once per worker (each would log the same findings).
-            import anyio
-
-            from pg_mcp_server.database.audit import RoleAudit
-
-            role_warnings = anyio.run(RoleAudit().run_alone, settings.database)
 
         try:
             serve_http(settings, role_warnings, signals)

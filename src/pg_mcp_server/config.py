@@ -219,6 +219,15 @@ class ServerSettings(BaseSettings):
             "transaction, so a remote view or function there can change state)"
         ),
     )
+    allow_privileged_role: bool = Field(
+        default=False,
+        description=(
+            "Serve even when the database role is a superuser or holds "
+            "pg_execute_server_program, pg_read_server_files or pg_write_server_files "
+            "(otherwise refused at start: with such a role, one statement past the guard "
+            "runs shell commands through COPY ... TO PROGRAM)"
+        ),
+    )
     require_read_only_role: bool = Field(
         default=False,
         description=(

@@ -3,6 +3,9 @@
 The guard and the read-only transaction stop writes whatever the role, but a least-privilege
 role is the backstop behind the backstop, so a role that could do more is reported: on stderr,
 in the instructions the model reads, and (with MCP_REQUIRE_READ_ONLY_ROLE) as a refusal to start.
+A superuser, or a member of pg_execute_server_program, pg_read_server_files or
+pg_write_server_files, is refused at start unless MCP_ALLOW_PRIVILEGED_ROLE (`__main__`): one
+statement past the guard would run programs or read files on the database host.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ WHERE r.rolname OPERATOR(pg_catalog.=) current_user
 """
 
 
-async def audit_role(settings: DatabaseSettings) -> list[str]:
-    """What the role could do beyond reading, one sentence each; empty for a true reader.
+async def audit_role(settings: DatabaseSettings) -> tuple[list[str], list[str]]:
+    """What the role could do beyond reading, one sentence each (empty for a true reader), and
+    which of those make it privileged: a superuser, or a member of a role that reads or writes
+    the server's files or runs programs there (see `refusal`).
 
     On a connection of its own, not the pool's: the audit runs while the server starts, and
     the pool's modules (SQLAlchemy) would cost `initialize` more than the audit itself.
@@ -54,14 +59,25 @@ async def audit_role(settings: DatabaseSettings) -> list[str]:
             await conn.close()
     assert row is not None
     role = row["role"]
-    found: list[str] = []
+    privileged: list[str] = []
     if row["superuser"]:
-        found.append(f"role {role!r} is a superuser")
+        privileged.append(f"role {role!r} is a superuser")
     if row["file_roles"]:
-        found.append(f"role {role!r} is a member of {', '.join(row['file_roles'])}")
+        privileged.append(f"role {role!r} is a member of {', '.join(row['file_roles'])}")
+    found = list(privileged)
     if row["writable_tables"]:
         found.append(f"role {role!r} can write to {row['writable_tables']} table(s)")
-    return found
+    return found, privileged
+
+
+def refusal(privileged: list[str]) -> str:
+    """The one line that says why the server does not start with a privileged role."""
+    return (
+        f"refusing to start: {'; '.join(privileged)}: with such a role, one statement that "
+        "got past the guard runs shell commands on the database host (COPY ... TO PROGRAM) "
+        "or reads its files. Connect as a role that can only SELECT (see README), or set "
+        "MCP_ALLOW_PRIVILEGED_ROLE=true to serve anyway"
+    )
 
 
 class RoleAudit:
@@ -73,11 +89,12 @@ class RoleAudit:
 
     def __init__(self) -> None:
         self.found: list[str] | None = None  # None until known (or when the database is down)
+        self.privileged: list[str] = []  # those of `found` that refuse the start (refusal)
         self._done = anyio.Event()
 
     async def run_alone(self, settings: DatabaseSettings) -> list[str] | None:
         try:
-            self.found = await audit_role(settings)
+            self.found, self.privileged = await audit_role(settings)
         except Exception as exc:
             # Where it tried, and why, in our words (translate): never the DSN or a password.
             from pg_mcp_server.database.engine import translate
