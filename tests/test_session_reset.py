@@ -9,9 +9,10 @@ the next use of the same backend sees none of it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -94,6 +95,26 @@ async def test_the_next_use_of_the_session_starts_afresh(low_role: str, leftover
         _first_state(after, str(before["session"]))
     finally:
         await db.dispose()
+
+
+async def test_the_reset_works_for_a_role_that_is_not_a_superuser(low_role: str) -> None:
+    """SET SESSION AUTHORIZATION DEFAULT is allowed for any role: a plain login role's session
+    is reset, not discarded, and a role it switched to is undone."""
+    reader = f"pgmcp_reset_reader_{os.getpid()}"
+    await execute(low_role, f"CREATE ROLE {reader} LOGIN IN ROLE {LOW}")
+    parts = urlsplit(low_role)
+    dsn = urlunsplit(parts._replace(netloc=f"{reader}@{parts.netloc.rsplit('@', 1)[-1]}"))
+    db = _database(dsn)
+    try:
+        before = await _state(db)
+        async with db.read_only() as conn:
+            await conn.execute(f"SELECT set_config('role', '{LOW}', false), pg_advisory_lock(7)")
+        after = await _state(db)
+        assert after["pid"] == before["pid"]
+        _first_state(after, reader)
+    finally:
+        await db.dispose()
+        await execute(low_role, f"DROP ROLE {reader}")
 
 
 async def test_a_statement_left_prepared_discards_the_session(low_role: str) -> None:
