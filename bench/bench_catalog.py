@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from catalog import BIG, SPREAD, build
-from common import call_tool, header, summary, timed
+from common import SUPERUSER_OK, call_tool, header, summary, timed
 from mcp import Client
 from mcp_types import CallToolResult, CompleteResult, ResourceTemplateReference
 
@@ -73,7 +73,9 @@ def outcome(result: CallToolResult | CompleteResult) -> str:
 
 async def run_case(dsn: str, tool: str, arguments: dict[str, Any]) -> str:
     last: list[CallToolResult | CompleteResult] = []
-    async with Client(build_server(Settings.load(database={"dsn": dsn}))) as client:
+    async with Client(
+        build_server(Settings.load(database={"dsn": dsn}, server=SUPERUSER_OK))
+    ) as client:
         call: Callable[[], Awaitable[Any]]
         if tool == "complete":
 

@@ -21,7 +21,7 @@ import sys
 import time
 
 import asyncpg
-from common import call_tool, header, summary, timed, vmhwm_mib
+from common import SUPERUSER_OK, call_tool, header, summary, timed, vmhwm_mib
 from mcp import Client
 from mcp_types import CallToolResult
 
@@ -55,7 +55,9 @@ async def child(dsn: str, sql: str) -> None:
     """One case in this fresh process; prints one JSON line."""
     answers: list[CallToolResult] = []  # the last only: kept answers would count in VmHWM
     arguments = {"sql": sql, "limit": LIMIT}
-    async with Client(build_server(Settings.load(database={"dsn": dsn}))) as client:
+    async with Client(
+        build_server(Settings.load(database={"dsn": dsn}, server=SUPERUSER_OK))
+    ) as client:
 
         async def server_side() -> None:
             answers[:] = [await call_tool(client, "execute_query", arguments)]

@@ -16,6 +16,8 @@ from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGILA = ROOT / "tests" / "datasets" / "pagila"  # the tests' copy, xz-compressed
+# The embedded PostgreSQL's role is its superuser, which a server refuses unless allowed.
+SUPERUSER_OK = {"allow_privileged_role": True}
 
 
 def load_pagila(dsn: str) -> None:

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import pytest_asyncio
-from mcpclient import execute
+from mcpclient import call, call_error, connect, execute
 from serverproc import EXECUTABLE, Server, clean_env
 
 # The test server trusts local connections: a role logs in by name alone.
@@ -124,3 +124,18 @@ def test_a_reading_role_starts_without_a_warning(roles: dict[str, str], tmp_path
         assert not [m for m in server.log_lines() if "privilege audit" in m]
     finally:
         server.close()
+
+
+async def test_a_privileged_role_not_audited_at_start_is_refused_at_connection(
+    roles: dict[str, str],
+) -> None:
+    """The start-up audit could not run (the database was down then), or the role gained the
+    privilege since: every new pooled connection checks again, and a call gets a structured
+    refusal instead of running as that role."""
+    async with connect(roles["member"], allow_privileged_role=False) as client:
+        body = await call_error(client, "execute_query", sql="SELECT 1")
+        assert body["error"]["code"] == "PERMISSION_DENIED", body
+        assert "is a member of pg_execute_server_program" in body["error"]["message"]
+        assert "MCP_ALLOW_PRIVILEGED_ROLE" in body["error"]["suggestion"]
+    async with connect(roles["member"], allow_privileged_role=True) as client:
+        assert (await call(client, "execute_query", sql="SELECT 1 AS x"))["rows"] == [[1]]

@@ -44,7 +44,10 @@ class AppContext:
     def db(self) -> Database:
         from pg_mcp_server.database.engine import Database
 
-        return Database(self.settings.database)
+        return Database(
+            self.settings.database,
+            allow_privileged=self.settings.server.allow_privileged_role,
+        )
 
     @cached_property
     def guard(self) -> SqlGuard:

@@ -302,7 +302,7 @@ def sdk_app(server: MCPServer[Any], srv: ServerSettings, host: str) -> ASGIApp:
 
 def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gateway:
     """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
-    db = Database(settings.database)
+    db = Database(settings.database, allow_privileged=settings.server.allow_privileged_role)
     server = build_server(settings, role_warnings, db=db)
     server.load()  # before serving, not in the first request
     gateway = Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)

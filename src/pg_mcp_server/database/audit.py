@@ -59,15 +59,19 @@ async def audit_role(settings: DatabaseSettings) -> tuple[list[str], list[str]]:
             await conn.close()
     assert row is not None
     role = row["role"]
-    privileged: list[str] = []
-    if row["superuser"]:
-        privileged.append(f"role {role!r} is a superuser")
-    if row["file_roles"]:
-        privileged.append(f"role {role!r} is a member of {', '.join(row['file_roles'])}")
+    privileged = privileges(role, row["superuser"], row["file_roles"])
     found = list(privileged)
     if row["writable_tables"]:
         found.append(f"role {role!r} can write to {row['writable_tables']} table(s)")
     return found, privileged
+
+
+def privileges(role: str, superuser: bool, file_roles: list[str]) -> list[str]:
+    """What makes `role` privileged (see `refusal`), one sentence each."""
+    found = [f"role {role!r} is a superuser"] if superuser else []
+    if file_roles:
+        found.append(f"role {role!r} is a member of {', '.join(file_roles)}")
+    return found
 
 
 def refusal(privileged: list[str]) -> str:

@@ -87,6 +87,15 @@ _POOLED_END = (
     "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK"
 )
 _DETECT = "SELECT pg_catalog.pg_backend_pid()"
+# The start-up audit's privileged part (audit.py), again on every new connection unless the
+# role is allowed: a role made superuser after the start, or one the start could not audit
+# (the database was down), is still refused.
+_PRIVILEGED = """
+SELECT current_user AS role, r.rolsuper AS superuser,
+       ARRAY(SELECT p FROM unnest($1::text[]) AS p
+             WHERE pg_has_role(current_user, p, 'MEMBER')) AS file_roles
+FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
+"""
 
 # Types the driver reads only in their text form, which it cannot do inside a composite value
 # (a whole-row reference to a table with a tsvector column, say), so it cannot even describe
@@ -127,8 +136,11 @@ class Database:
     """The pool plus the ways to use it: `run(work)` (with its retries), or the blocks
     `read_only()` (SQL a caller wrote) and `session()` (our own constant statements)."""
 
-    def __init__(self, settings: DatabaseSettings) -> None:
+    def __init__(self, settings: DatabaseSettings, *, allow_privileged: bool = True) -> None:
+        """`allow_privileged=False` (MCP_ALLOW_PRIVILEGED_ROLE unset): a connection whose role
+        is a superuser or a member of a file or program role is refused (see audit.py)."""
         self.settings = settings
+        self.allow_privileged = allow_privileged
         # No pool_pre_ping: it would cost a round trip per call. A connection the server
         # closed is seen as closed at checkout (see _checkout) and replaced.
         self.engine: AsyncEngine = create_async_engine(
@@ -201,6 +213,21 @@ class Database:
         return await self._connect()
 
     async def _setup(self, conn: asyncpg.Connection) -> None:
+        if not self.allow_privileged:
+            from pg_mcp_server.database.audit import FILE_ROLES, privileges, refusal
+
+            row = await conn.fetchrow(pin(_PRIVILEGED), FILE_ROLES)
+            assert row is not None
+            found = privileges(row["role"], row["superuser"], row["file_roles"])
+            if found:
+                logger.error("%s", refusal(found).replace("refusing to start", "refused"))
+                raise PermissionDeniedError(
+                    f"The server's database role is privileged ({'; '.join(found)}): "
+                    "refused, one statement past the guard could run programs on the "
+                    "database host.",
+                    suggestion="Ask the operator to connect the server as a role that can "
+                    "only SELECT (or to set MCP_ALLOW_PRIVILEGED_ROLE=true).",
+                )
         # Interval parameters are PostgreSQL text ("1 mon 2 days"): asyncpg's timedelta would
         # fold months into 30 days.
         await conn.set_type_codec(
