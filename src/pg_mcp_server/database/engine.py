@@ -6,15 +6,17 @@ message). The engine is in AUTOCOMMIT mode so that SQLAlchemy starts no transact
 
 Connected directly (or through a session-mode pooler), every pooled session is read-only
 (`default_transaction_read_only`) with the server's statement timeout from the moment it opens,
-and is reset after each use (advisory locks, LISTEN, every setting) and set up again before the
-pool can hand it out. A lone statement therefore runs in an implicit read-only transaction: a
-repeated query costs one round trip. An explicit `BEGIN READ ONLY; SET LOCAL statement_timeout`
+and is returned to exactly that state after each use (the login role and session authorization,
+advisory locks, LISTEN, cursors, every setting; see _RESET) before the pool can hand it out.
+A lone statement therefore runs in an implicit read-only transaction: a repeated query costs
+one round trip. An explicit `BEGIN READ ONLY; SET LOCAL statement_timeout`
 comes first (one more round trip) when a caller lowers the timeout, or asks for it.
 
 Behind a transaction-mode pooler (PgBouncer, Supavisor) no session state sticks: a SET, a
 prepared statement or the reset may land on another server connection, and another client may
 have changed this one. There every use is an explicit `BEGIN READ ONLY` transaction, always
-rolled back, statements are unnamed and parsed again each time, and no session is reset or
+rolled back, statements are unnamed and parsed again each time, what a statement could leave
+past ROLLBACK is cleared inside its transaction (_POOLED_END), and no session is reset or
 cancelled by backend pid (PgBouncer shows a pid of its own). `PG_POOL_MODE` says which (`auto`:
 the first connection compares the backend pid PostgreSQL reports with the one the connection
 was given at start-up; a pooler in between makes them differ).
