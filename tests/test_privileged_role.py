@@ -6,6 +6,7 @@ commands through COPY ... TO PROGRAM. MCP_ALLOW_PRIVILEGED_ROLE serves it anyway
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -139,3 +140,26 @@ async def test_a_privileged_role_not_audited_at_start_is_refused_at_connection(
         assert "MCP_ALLOW_PRIVILEGED_ROLE" in body["error"]["suggestion"]
     async with connect(roles["member"], allow_privileged_role=True) as client:
         assert (await call(client, "execute_query", sql="SELECT 1 AS x"))["rows"] == [[1]]
+
+
+def test_a_database_that_does_not_answer_holds_up_the_start_only_briefly(
+    tmp_path: Path,
+) -> None:
+    """The audit before serving waits a few seconds at most, not PG_CONNECT_TIMEOUT: the
+    connection check covers what it could not see (the test above)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes the handshakes; nobody ever answers
+        port = silent.getsockname()[1]
+        env = clean_env(
+            PG_DSN=f"postgresql://alice@127.0.0.1:{port}/appdb",
+            PG_CONNECT_TIMEOUT="120",
+            MCP_ALLOW_PRIVILEGED_ROLE="false",
+        )
+        server = Server([EXECUTABLE], env, tmp_path / "stderr.log")
+        try:
+            server.initialize(timeout=60)  # half of PG_CONNECT_TIMEOUT
+            line = next(m for m in server.log_lines() if "role audit within" in m)
+            assert "every new database connection checks the role" in line
+        finally:
+            server.close()

@@ -47,6 +47,8 @@ FLAGS = {
 # Stands in for the demo's DSN while the flags are checked, before the demo starts.
 DEMO_PLACEHOLDER = "postgresql://demo@localhost/demo"
 # Removed from this process's environment once read, so no child process inherits them.
+# Longest the role audit may hold up the start (see check_role).
+START_AUDIT_S = 5.0
 SECRET_VARIABLES = ("PG_DSN", "DATABASE_URL", "PG_PASSWORD", "MCP_AUTH_TOKENS")
 
 
@@ -179,12 +181,22 @@ async def preflight(settings: Settings) -> list[str]:
     return audit.found
 
 
-async def audited(settings: Settings) -> RoleAudit:
-    """The role audit, run (its `found` is None when the database cannot be reached)."""
+async def audited(settings: Settings, wait: float | None = None) -> RoleAudit:
+    """The role audit, run (its `found` is None when the database cannot be reached, or did
+    not answer within `wait` seconds)."""
+    import anyio
+
     from pg_mcp_server.database.audit import RoleAudit
 
     audit = RoleAudit()
-    await audit.run_alone(settings.database)
+    with anyio.move_on_after(wait) as waited:
+        await audit.run_alone(settings.database)
+    if waited.cancelled_caught:
+        logging.getLogger("pg_mcp_server").warning(
+            "the database did not answer the role audit within %s s: serving; every new "
+            "database connection checks the role before it is used",
+            wait,
+        )
     return audit
 
 
@@ -192,13 +204,17 @@ def check_role(settings: Settings) -> list[str] | None:
     """The role audit, before anything is served: a privileged role (a superuser, or one that
     reads or writes the server's files or runs programs there) is refused unless
     MCP_ALLOW_PRIVILEGED_ROLE, and with MCP_REQUIRE_READ_ONLY_ROLE anything beyond reading is.
-    Its findings, or None when the database cannot be reached (the lifespan then audits again
-    in the background; see database/audit.py)."""
+    Its findings, or None when the database cannot be reached or did not answer in time (the
+    lifespan then audits again in the background; see database/audit.py)."""
     import anyio
 
     from pg_mcp_server.database.audit import refusal
 
-    audit = anyio.run(audited, settings)
+    # `initialize` waits for this: a few seconds at most (a host that never answers would
+    # hold it for PG_CONNECT_TIMEOUT), since every new pooled connection checks the role's
+    # privileges again (engine._setup). MCP_REQUIRE_READ_ONLY_ROLE needs the whole audit.
+    wait = None if settings.server.require_read_only_role else START_AUDIT_S
+    audit = anyio.run(audited, settings, wait)
     if audit.found is None:
         if settings.server.require_read_only_role:
             raise RefusedToStart(
