@@ -1,0 +1,224 @@
+"""What a user pastes works as written and leaves no secret in a file meant for sharing: the
+README's client snippets and `claude mcp` lines, the files in examples/, `uvx --from` a clone
+after a change, the terminal banner, and the Docker files (compose against `.env.example`, the
+image's layers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcpclient import call
+from serverproc import ROOT, clean_env
+
+EXAMPLES = ROOT / "examples"
+PLACEHOLDER = "/path/to/pg-mcp-server"
+README = (ROOT / "README.md").read_text()
+
+# A URI's user:password@ (the password written out), a setting that holds a password, a bearer
+# token written out. A `${...}` reference in the password's place is what a recipe should say.
+_URI_PASSWORD = re.compile(r"://[^/@\s:]*:(?!\$\{)[^/@\s]*@")
+_PASSWORD_SETTING = re.compile(r"PASSWORD|TOKEN|SECRET", re.IGNORECASE)
+_BEARER = re.compile(r"Bearer\s+(?!\$\{)\S")
+
+
+def uv() -> str:
+    found = os.environ.get("UV") or shutil.which("uv")
+    assert found, "uv is needed (uvx is `uv tool run`)"
+    return found
+
+
+def strings(node: Any, key: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a JSON document, with the key it is the value of."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from strings(v, k)
+    elif isinstance(node, list):
+        for v in node:
+            yield from strings(v, key)
+    elif isinstance(node, str):
+        yield key, node
+
+
+def secrets_in(document: Any) -> list[str]:
+    found = []
+    for key, value in strings(document):
+        written_out = _PASSWORD_SETTING.search(key) and not value.startswith("${")
+        if written_out or _URI_PASSWORD.search(value) or _BEARER.search(value):
+            found.append(f"{key}: {value}")
+    return found
+
+
+def readme_blocks(language: str) -> list[str]:
+    return [b.split("```", 1)[0] for b in README.split(f"```{language}\n")[1:]]
+
+
+def example_files() -> list[Path]:
+    return sorted(EXAMPLES.glob("*.json"))
+
+
+def test_the_secret_check_finds_what_the_old_recipes_held() -> None:
+    """The check below can fail: it finds each kind of secret the recipes once held."""
+    assert secrets_in({"env": {"PG_DSN": "postgresql://u:secure_password@localhost/app"}})
+    assert secrets_in({"headers": {"Authorization": "Bearer your-token-from-MCP_AUTH_TOKENS"}})
+    assert secrets_in({"env": {"PG_PASSWORD": "hunter2"}})
+    assert not secrets_in({"env": {"PG_DSN": "${env:PG_DSN}", "PG_PASSWORD": "${PG_PASSWORD}"}})
+    assert not secrets_in({"url": "http://127.0.0.1:8080/mcp", "password": True})
+
+
+@pytest.mark.parametrize("path", example_files(), ids=lambda p: p.name)
+def test_an_example_file_parses_and_holds_no_secret(path: Path) -> None:
+    document = json.loads(path.read_text())
+    assert secrets_in(document) == []
+
+
+def test_the_readme_json_snippets_parse_and_hold_no_secret() -> None:
+    blocks = readme_blocks("json")
+    assert len(blocks) >= 4
+    for block in blocks:
+        assert secrets_in(json.loads(block)) == [], block
+
+
+def claude_mcp_lines() -> list[list[str]]:
+    """Each `claude mcp ...` command in the README's bash blocks, as the shell splits it (a
+    line's comment dropped, continuation lines joined)."""
+    commands = []
+    for block in readme_blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["claude", "mcp"]:
+                commands.append(words)
+    return commands
+
+
+# `claude mcp add`'s options (commander.js): these take one value; `-e/--env` and `-H/--header`
+# take every word up to the next option, so a name written after them becomes one of their
+# values ("Invalid environment variable format: postgres").
+_ONE_VALUE = {"-s", "--scope", "-t", "--transport", "--client-id", "--callback-port"}
+_VARIADIC = {"-e", "--env", "-H", "--header"}
+
+
+def server_name(words: list[str]) -> str | None:
+    """The name `claude mcp add ...` registers, parsed as commander.js parses it (None when a
+    variadic option swallows it)."""
+    rest = words[3:]
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            return None
+        if word in _ONE_VALUE:
+            rest.pop(0)
+        elif word in _VARIADIC:
+            while rest and not rest[0].startswith("-"):
+                rest.pop(0)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def test_the_readme_claude_mcp_add_lines_name_their_server() -> None:
+    old = "claude mcp add --scope project --env PG_DSN=$PG_DSN postgres -- uvx --from x pg"
+    assert server_name(shlex.split(old)) is None  # the line that failed
+    adds = [w for w in claude_mcp_lines() if w[2] == "add"]
+    assert len(adds) >= 2
+    for words in adds:
+        assert server_name(words) in {"postgres", "postgres-http"}, words
+
+
+def test_no_readme_claude_mcp_line_writes_a_secret_into_the_project() -> None:
+    """`--scope project` writes `.mcp.json`, the file to commit: only `${...}` references go
+    there, and only through single quotes (`claude mcp add -e` would get the expanded value)."""
+    lines = claude_mcp_lines()
+    shared = [w for w in lines if "project" in w and ("--scope" in w or "-s" in w)]
+    assert shared, "the README shows how to share the server with a project"
+    for words in shared:
+        assert words[2] == "add-json", words
+        entry = json.loads(words[-1])
+        assert entry["env"] == {"PG_DSN": "${PG_DSN}"}
+        assert secrets_in(entry) == []
+    # In single quotes, as the shell must see it (shlex above does not expand variables).
+    assert re.search(r"^  '\{.*\$\{PG_DSN\}.*\}'$", README, re.MULTILINE)
+
+
+def expand(value: str, dsn: str) -> str:
+    """What each client makes of its variable references (Claude Code `${VAR}`, Cursor
+    `${env:VAR}`, VS Code `${input:id}`), with the demo's DSN as every value."""
+    return re.sub(r"\$\{(?:env:|input:)?[A-Za-z_-]+\}", dsn, value)
+
+
+def stdio_entries() -> list[tuple[str, str]]:
+    found = []
+    for path in example_files():
+        document = json.loads(path.read_text())
+        for name, entry in (document.get("mcpServers") or document["servers"]).items():
+            # tests/test_examples.py runs Claude Desktop's entries.
+            if "command" in entry and path.name != "claude_desktop_config.json":
+                found.append((path.name, name))
+    return found
+
+
+@pytest.mark.parametrize("file, entry", stdio_entries())
+async def test_an_example_stdio_entry_serves_from_a_clone(
+    demo_dsn: str, file: str, entry: str
+) -> None:
+    """Each stdio entry, run as its client would (its variable references expanded), from a
+    directory outside the clone."""
+    document = json.loads((EXAMPLES / file).read_text())
+    server = (document.get("mcpServers") or document["servers"])[entry]
+    assert server["command"] == "uvx"
+    args = [a.replace(PLACEHOLDER, str(ROOT)) for a in server["args"]]
+    args = ["tool", "run", "--offline", *args]
+    env = clean_env(**{k: expand(v, demo_dsn) for k, v in server.get("env", {}).items()})
+    env.pop("VIRTUAL_ENV", None)  # as from a desktop app, not from inside this project's venv
+    params = StdioServerParameters(command=uv(), args=args, env=env, cwd=os.path.expanduser("~"))
+    async with Client(params) as client:
+        listed = await call(client, "list_tables")
+        assert "orders" in {t["name"] for t in listed["tables"]}
+
+
+def _copy_project(to: Path) -> None:
+    to.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, to / name)
+    shutil.copytree(ROOT / "src", to / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-C", str(to), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "clone"], check=True)
+
+
+def test_uvx_from_a_clone_serves_the_new_code_after_a_change(tmp_path: Path) -> None:
+    """`uvx --from /path/to/clone` after a `git pull` runs the pulled code: a change to a
+    source file is a cache key ([tool.uv] cache-keys), so uv builds the clone again. Offline:
+    every dependency is in uv's cache already (this project's own `uv sync` put it there)."""
+    clone = tmp_path / "clone"
+    _copy_project(clone)
+    env = clean_env()
+    env.pop("VIRTUAL_ENV", None)
+
+    def version() -> subprocess.CompletedProcess[str]:
+        argv = [uv(), "tool", "run", "--offline", "--from", str(clone), "pg-mcp-server"]
+        done = subprocess.run(
+            [*argv, "--version"], env=env, cwd=tmp_path, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done
+
+    assert "changed" not in version().stderr
+    init = clone / "src" / "pg_mcp_server" / "__init__.py"
+    init.write_text(init.read_text() + '\nimport sys\n\nsys.stderr.write("changed by a pull\\n")\n')
+    subprocess.run(
+        ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam",
+         "pull"],
+        check=True,
+    )  # fmt: skip
+    assert "changed by a pull" in version().stderr
