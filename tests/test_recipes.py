@@ -20,6 +20,8 @@ from mcp import Client, StdioServerParameters
 from mcpclient import call
 from serverproc import ROOT, clean_env
 
+from pg_mcp_server.__main__ import banner
+
 EXAMPLES = ROOT / "examples"
 PLACEHOLDER = "/path/to/pg-mcp-server"
 README = (ROOT / "README.md").read_text()
@@ -222,3 +224,110 @@ def test_uvx_from_a_clone_serves_the_new_code_after_a_change(tmp_path: Path) -> 
         check=True,
     )  # fmt: skip
     assert "changed by a pull" in version().stderr
+
+
+def inspector_words(text: str) -> list[str]:
+    """The Inspector's command line as the banner's `npx ... -c '...'` runs it: split by a real
+    shell in an environment with no PG_*/MCP_* variable (another terminal)."""
+    npx = next(line for line in text.splitlines() if line.startswith("  npx "))
+    inner = shlex.split(npx)[-1]
+    shell = subprocess.run(
+        ["bash", "-c", f"printf '%s\\n' {inner}"], env=clean_env(), capture_output=True, text=True
+    )
+    assert shell.returncode == 0, shell.stderr
+    return shell.stdout.splitlines()
+
+
+@pytest.fixture
+def terminal_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """The environment of a terminal with no setting in it, in a directory without .env."""
+    for name in list(os.environ):
+        if name.startswith(("PG_", "MCP_")) or name == "DATABASE_URL":
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch
+
+
+def test_the_banner_passes_no_variable_that_is_not_set(terminal_env: pytest.MonkeyPatch) -> None:
+    terminal_env.setenv("PG_TEST_SERVER", "embedded")  # starts like a setting, is not one
+    text = banner(["/venv/bin/pg-mcp-server", "--demo"])
+    words = inspector_words(text)
+    assert "-e" not in words
+    assert words[-4:] == ["/venv/bin/pg-mcp-server", "--demo", "--method", "tools/list"]
+    assert "export" not in text and ".env" not in text
+
+
+def test_the_banner_passes_settings_with_their_values(terminal_env: pytest.MonkeyPatch) -> None:
+    """Set as `PG_HOST=... uv run pg-mcp-server`, they are not in the other terminal: the
+    command carries their values, not references to them."""
+    terminal_env.setenv("PG_HOST", "db.example.com")
+    terminal_env.setenv("MCP_LOG_LEVEL", "DEBUG")
+    terminal_env.setenv("PG_DSN", "host=db.example.com dbname='my app' user=reader")
+    words = inspector_words(banner(["pg-mcp-server"]))
+    passed = [words[i + 1] for i, w in enumerate(words) if w == "-e"]
+    assert passed == [
+        "MCP_LOG_LEVEL=DEBUG",
+        "PG_DSN=host=db.example.com dbname='my app' user=reader",
+        "PG_HOST=db.example.com",
+    ]
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("PG_DSN", "postgresql://reader:s3cr3t-pw@db.example.com/app"),
+        ("DATABASE_URL", "postgresql://reader@db.example.com/app?password=s3cr3t-pw"),
+        ("PG_DSN", "host=db.example.com user=reader password=s3cr3t-pw"),
+        ("PG_PASSWORD", "s3cr3t-pw"),
+    ],
+)
+def test_the_banner_never_prints_a_password_from_the_environment(
+    terminal_env: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    terminal_env.setenv(variable, value)
+    text = banner(["pg-mcp-server"])
+    assert "s3cr3t" not in text
+    assert f'-e {variable}="${variable}"' in text
+    assert f"(first, in that terminal: export {variable}=...; it holds a password" in text
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["--dsn", "postgresql://reader:s3cr3t-pw@db.example.com:5432/app"],
+            ["--dsn", "postgresql://reader@db.example.com:5432/app"],
+        ),
+        (
+            ["--dsn=postgresql://reader:s3cr3t-pw@db.example.com/app?sslmode=require"],
+            ["--dsn=postgresql://reader@db.example.com/app?sslmode=require"],
+        ),
+        (
+            ["--dsn", "host=db.example.com user=reader password=s3cr3t-pw dbname='my app'"],
+            ["--dsn", "host=db.example.com user=reader dbname='my app'"],
+        ),
+        (
+            ["--dsn", "postgresql://reader@db.example.com/app"],
+            ["--dsn", "postgresql://reader@db.example.com/app"],
+        ),
+    ],
+)
+def test_the_banner_shows_a_dsn_flag_without_its_password(
+    terminal_env: pytest.MonkeyPatch, argv: list[str], shown: list[str]
+) -> None:
+    text = banner(["/venv/bin/pg-mcp-server", *argv])
+    assert "s3cr3t" not in text
+    words = inspector_words(text)
+    at = words.index("/venv/bin/pg-mcp-server")
+    assert words[at + 1 : at + 1 + len(shown)] == shown
+    asks = "export PG_PASSWORD=...; --dsn is shown without its password" in text
+    assert asks == (argv[-1] != shown[-1])
+    # The reference is to the other terminal's variable (empty here, in no terminal's env).
+    assert ("PG_PASSWORD=" in words) == asks
+
+
+def test_the_banner_says_where_to_run_it_when_a_dot_env_is_read(
+    terminal_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text("PG_DSN=postgresql://reader@db.example.com/app\n")
+    assert f"run it from {tmp_path}: the server reads the .env there" in banner(["pg-mcp-server"])
