@@ -5,6 +5,7 @@ image's layers)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -430,3 +431,97 @@ def test_the_image_installs_dependencies_in_a_layer_the_code_does_not_touch(
         [str(app / ".venv" / "bin" / "pg-mcp-server"), "--version"], capture_output=True, text=True
     )
     assert version.stdout.startswith("pg-mcp-server "), version.stderr
+
+
+# The README's MCP Inspector lines: one form everywhere, and what they are shown to print is
+# what the server answers. (.ci/clients.sh runs the Inspector itself, which needs Node and npm.)
+INSPECTOR = "npx -y -p node@22 -p @modelcontextprotocol/inspector@2.12.0 -c"
+
+
+def inspector_examples() -> list[tuple[list[str], list[str]]]:
+    """(mcp-inspector's words, the sample-output comment lines after it) for each README line."""
+    found = []
+    for block in readme_blocks("bash"):
+        lines = block.replace("\\\n", " ").splitlines()
+        for i, line in enumerate(lines):
+            if "mcp-inspector" not in line:
+                continue
+            npx = shlex.split(line, comments=True)
+            assert npx[:-1] == INSPECTOR.split(), f"not the Quick start's form: {line}"
+            words = shlex.split(npx[-1])
+            sample = []
+            for after in lines[i + 1 :]:
+                if not after.startswith("#"):
+                    break
+                sample.append(after[1:].strip())
+            found.append((words, sample))
+    return found
+
+
+def test_every_readme_inspector_line_has_the_quick_start_form() -> None:
+    examples = inspector_examples()
+    assert len(examples) >= 6
+    for words, _ in examples:
+        assert words[:2] == ["mcp-inspector", "--cli"], words
+        if "--transport" not in words:  # a command to start: the demo can take a while
+            assert words[2:4] == ["--connect-timeout", "60000"], words
+
+
+def _option(words: list[str], name: str) -> list[str]:
+    return [words[i + 1] for i, w in enumerate(words) if w == name]
+
+
+def _pairs(node: Any) -> Iterator[tuple[str, Any]]:
+    """Every key/value at any depth, JSON documents inside strings ("text") included."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield key, value
+            yield from _pairs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _pairs(value)
+    elif isinstance(node, str) and node.startswith("{"):
+        with contextlib.suppress(ValueError):
+            yield from _pairs(json.loads(node))
+
+
+_SCALAR_PAIR = re.compile(r'"(\w+)":\s*("(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?|true|false|null)')
+
+
+def _shown_pairs_hold(sample: list[str], answer: dict[str, Any]) -> None:
+    actual = list(_pairs(answer))
+    for line in sample:
+        for key, text in _SCALAR_PAIR.findall(line):
+            shown = json.loads(text)
+            if isinstance(shown, str) and shown.endswith(" ..."):  # shortened: a prefix
+                prefix = shown.removesuffix("...")
+                assert any(k == key and str(v).startswith(prefix) for k, v in actual), line
+            else:
+                assert (key, shown) in actual, f"{key}: {shown!r} is not in the answer"
+
+
+async def test_the_readme_inspector_samples_are_what_the_demo_answers() -> None:
+    """Each README Inspector line on `uv run pg-mcp-server --demo` that shows output, run as
+    the same request through one session with that same command: every field the sample shows
+    has the shown value, and a prompt's shown lines are its text."""
+    examples = [(w, s) for w, s in inspector_examples() if s and "--demo" in w]
+    assert len(examples) >= 3
+    params = StdioServerParameters(
+        command=uv(), args=["run", "pg-mcp-server", "--demo"], env=clean_env(), cwd=ROOT
+    )
+    async with Client(params) as client:
+        for words, sample in examples:
+            at = words.index("--method")
+            assert words[4:at] == ["uv", "run", "pg-mcp-server", "--demo"], words
+            method = words[at + 1]
+            if method == "resources/read":
+                read = await client.read_resource(_option(words, "--uri")[0])
+                _shown_pairs_hold(sample, read.model_dump(mode="json", by_alias=True))
+            elif method == "prompts/get":
+                arguments = dict(a.split("=", 1) for a in _option(words, "--prompt-args"))
+                got = await client.get_prompt(_option(words, "--prompt-name")[0], arguments)
+                text = got.messages[0].content.text  # type: ignore[union-attr]
+                shown = [line.removesuffix("...").rstrip() for line in sample[1:]]
+                assert shown and all(line in text for line in shown), (shown, text)
+            else:
+                raise AssertionError(f"no check for {method}: add one")
