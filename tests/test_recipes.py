@@ -525,3 +525,40 @@ async def test_the_readme_inspector_samples_are_what_the_demo_answers() -> None:
                 assert shown and all(line in text for line in shown), (shown, text)
             else:
                 raise AssertionError(f"no check for {method}: add one")
+
+
+async def test_the_readme_reader_role_reads_tables_created_later(scratch_dsn: str) -> None:
+    """The README's read-only role, created as written (names made unique): it reads a table
+    created afterwards by the role that ran the SQL, which `GRANT ... ON ALL TABLES` alone
+    misses (shown with the same SQL less its ALTER DEFAULT PRIVILEGES line)."""
+    import secrets
+    from urllib.parse import urlsplit
+
+    import asyncpg
+
+    block = next(b for b in readme_blocks("sql") if "CREATE ROLE mcp_reader" in b)
+    database = urlsplit(scratch_dsn).path.lstrip("/")
+    conn = await asyncpg.connect(scratch_dsn)
+    roles = []
+    try:
+        for with_defaults in (False, True):
+            role = f"mcp_reader_{secrets.token_hex(4)}"
+            sql = block.replace("mcp_reader", role).replace("PASSWORD '...'", "PASSWORD 'x'")
+            sql = sql.replace("DATABASE app", f'DATABASE "{database}"')
+            if not with_defaults:
+                sql = "\n".join(s for s in sql.splitlines() if "DEFAULT PRIVILEGES" not in s)
+            await conn.execute(sql)  # one implicit transaction: all of it, or nothing
+            roles.append(role)
+            table = f"later_{role}"
+            await conn.execute(f"CREATE TABLE {table} AS SELECT 1 AS x")
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL ROLE {role}")
+                if with_defaults:
+                    assert await conn.fetchval(f"SELECT x FROM {table}") == 1
+                else:
+                    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                        await conn.fetchval(f"SELECT x FROM {table}")
+    finally:
+        for role in roles:
+            await conn.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
+        await conn.close()
