@@ -9,7 +9,7 @@
 FROM python:3.12-slim
 
 WORKDIR /app
-# The uv that wrote uv.lock, pinned: an image built later installs the same way.
+# uv, pinned (the version uv.lock is checked with): later builds install the same way.
 RUN pip install --no-cache-dir uv==0.13.9
 # The image's own Python, never one uv would download.
 ENV UV_PYTHON_DOWNLOADS=never

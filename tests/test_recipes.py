@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 from mcpclient import call
+from pgbed import PgServer
 from serverproc import ROOT, clean_env
 
 from pg_mcp_server.__main__ import banner
@@ -562,3 +563,39 @@ async def test_the_readme_reader_role_reads_tables_created_later(scratch_dsn: st
         for role in roles:
             await conn.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
         await conn.close()
+
+
+async def test_the_compose_init_script_makes_a_reader_of_tables_created_later(
+    pg: PgServer,
+) -> None:
+    """examples/postgres-init/20-reader.sh, run by bash with psql as the postgres image runs it
+    (POSTGRES_USER, POSTGRES_DB, MCP_READER_PASSWORD; the role renamed to one of its own): the
+    role it creates reads a table created afterwards and starts read-only."""
+    import secrets
+    from urllib.parse import urlsplit
+
+    import asyncpg
+
+    db = await pg.create_database("reader")
+    role = f"mcp_reader_{secrets.token_hex(4)}"
+    script = (EXAMPLES / "postgres-init" / "20-reader.sh").read_text().replace("mcp_reader", role)
+    env = clean_env(
+        POSTGRES_USER=urlsplit(db.dsn).username or "postgres",
+        POSTGRES_DB=db.dsn,  # psql takes a URI for a database name
+        MCP_READER_PASSWORD="reader's password",
+        PATH=f"{pg.psql_path.parent}{os.pathsep}{os.environ['PATH']}",
+    )
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    conn = await asyncpg.connect(db.dsn)
+    try:
+        config = await conn.fetchval("SELECT rolconfig FROM pg_roles WHERE rolname = $1", role)
+        assert config == ["default_transaction_read_only=on"]
+        await conn.execute("CREATE TABLE later AS SELECT 1 AS x")
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL ROLE {role}")
+            assert await conn.fetchval("SELECT x FROM later") == 1
+    finally:
+        await conn.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
+        await conn.close()
+    await pg.drop_database(db.name)
