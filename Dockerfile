@@ -9,10 +9,19 @@
 FROM python:3.12-slim
 
 WORKDIR /app
-RUN pip install --no-cache-dir uv
-COPY pyproject.toml uv.lock README.md LICENSE ./
+# uv, pinned (the version uv.lock is checked with): later builds install the same way.
+RUN pip install --no-cache-dir uv==0.13.9
+# The image's own Python, never one uv would download.
+ENV UV_PYTHON_DOWNLOADS=never
+
+# The dependencies first, from the lock alone: this layer is rebuilt only when pyproject.toml
+# or uv.lock change, not at every change to the code.
+COPY pyproject.toml uv.lock ./
+RUN uv sync --locked --no-dev --no-install-project --compile-bytecode
+# Then the project itself, on top.
+COPY README.md LICENSE ./
 COPY src ./src
-RUN uv sync --locked --no-dev --compile-bytecode && useradd --system --no-create-home mcp
+RUN uv sync --locked --no-dev && useradd --system --no-create-home mcp
 USER mcp
 
 ENV MCP_TRANSPORT=http \

@@ -90,4 +90,28 @@ check "inspector stdio prompts/get" 'How many orders' \
 BANNER=$("${UV[@]}" run python -c 'import sys; from pg_mcp_server.__main__ import banner
 print(banner(sys.argv[1:]))' "$SERVER" --demo | sed -n 's/^  npx /npx /p')
 check "the terminal banner's Inspector command" '"list_tables"' bash -c "$BANNER"
+# The README's Inspector lines on the demo, verbatim: npx fetches Node 22 and the Inspector as
+# the README says, and `uv run` finds this clone's environment (brought up to date above).
+if ! command -v uv > /dev/null; then
+  mkdir -p .ci/.bin && printf '#!/bin/sh\nexec %s "$@"\n' "${UV[*]}" > .ci/.bin/uv
+  chmod +x .ci/.bin/uv && export PATH="$PWD/.ci/.bin:$PATH"
+fi
+readme_lines=0
+while IFS= read -r -d '' expect && IFS= read -r -d '' line; do
+  readme_lines=$((readme_lines + 1))
+  check "README Inspector line $readme_lines (${expect})" "\"${expect}\"" bash -c "$line"
+done < <(python3 - <<'PY'
+import re, sys
+# Each `npx ...` command (continuation lines included) in the README's bash blocks that starts
+# the demo, with a key its answer must hold.
+EXPECT = {"tools/list": "tools", "tools/call": "content", "resources/read": "contents",
+          "prompts/get": "messages"}
+for block in open("README.md").read().split("```bash\n")[1:]:
+    for cmd in re.findall(r"^npx .*?(?<!\\)$", block.split("```")[0], re.M | re.S):
+        if "--demo" in cmd:
+            method = re.search(r"--method (\S+?)'?(?:\s|$)", cmd).group(1)
+            sys.stdout.write(EXPECT[method] + "\0" + cmd + "\0")
+PY
+)
+[ "$readme_lines" -ge 5 ] || { echo "FAILED: found $readme_lines README Inspector lines"; exit 1; }
 echo "clients: all passed"

@@ -8,5 +8,6 @@ CREATE ROLE mcp_reader LOGIN PASSWORD :'reader_password';
 GRANT CONNECT ON DATABASE :"DBNAME" TO mcp_reader;
 GRANT USAGE ON SCHEMA public TO mcp_reader;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mcp_reader;
+ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO mcp_reader;
 ALTER ROLE mcp_reader SET default_transaction_read_only = on;
 SQL

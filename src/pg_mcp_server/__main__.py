@@ -233,27 +233,89 @@ def check_role(settings: Settings) -> list[str] | None:
 
 def banner(argv: Sequence[str]) -> str:
     """What a person who started the server in a terminal is told: what it is, how to try it
-    with a client, how to stop it."""
+    with a client, how to stop it.
+
+    The command to try it runs in another terminal, which has none of this one's
+    `VAR=value uv run ...` prefixes: settings are passed with their values, except a password,
+    which is never printed; the command refers to its variable instead and the banner says to
+    set it there."""
     import shlex
 
-    passed = [f'-e {name}="${name}"' for name in sorted(os.environ) if _is_setting(name)]
-    command = shlex.join([os.path.abspath(argv[0]), *argv[1:]])
+    known = set(setting_names())
+    passed: list[str] = []
+    to_set: dict[str, str] = {}  # variable -> why the command refers to it
+    for name in sorted(os.environ):
+        value = os.environ[name]
+        # Tokens are for HTTP clients, and this is the stdio transport.
+        if name not in known or not value or name == "MCP_AUTH_TOKENS":
+            continue
+        if name == "PG_PASSWORD" or (name in SECRET_VARIABLES and _shown_dsn(value) != value):
+            passed.append(f'-e {name}="${name}"')
+            to_set[name] = "it holds a password, which is never printed"
+        else:
+            passed.append("-e " + shlex.quote(f"{name}={value}"))
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        flag, equals, dsn = arg.partition("=")
+        if arg == "--dsn" and i + 1 < len(args):
+            original, args[i + 1] = args[i + 1], _shown_dsn(args[i + 1])
+            hidden = args[i + 1] != original
+        elif flag == "--dsn" and equals:
+            args[i] = f"--dsn={_shown_dsn(dsn)}"
+            hidden = args[i] != arg
+        else:
+            continue
+        if hidden and "PG_PASSWORD" not in to_set:
+            passed.append('-e PG_PASSWORD="$PG_PASSWORD"')
+            to_set["PG_PASSWORD"] = "--dsn is shown without its password, which is never printed"
+    command = shlex.join([os.path.abspath(argv[0]), *args])
     # A minute to connect: --demo creates and starts a PostgreSQL first (the default is 15 s).
     inspector = " ".join(
         ["mcp-inspector --cli --connect-timeout 60000", *passed, command, "--method tools/list"]
     )
+    notes = [
+        f"  (first, in that terminal: export {name}=...; {why})\n" for name, why in to_set.items()
+    ]
+    if os.path.isfile(".env"):
+        here = shlex.quote(os.getcwd())
+        notes.append(f"  (run it from {here}: the server reads the .env there)\n")
     return (
         f"pg-mcp-server {package_version()} speaks MCP (JSON-RPC) on stdin and stdout: an MCP\n"
         "client (Claude Desktop, Claude Code, Cursor, VS Code, ...) starts it; see the README.\n"
         "To try it, run this in another terminal (MCP Inspector; npx fetches Node 22):\n"
         "  npx -y -p node@22 -p @modelcontextprotocol/inspector@2.12.0 -c "
-        f"{shlex.quote(inspector)}\n"
-        "Stop it with Ctrl-C (or Ctrl-D)."
+        f"{shlex.quote(inspector)}\n" + "".join(notes) + "Stop it with Ctrl-C (or Ctrl-D)."
     )
 
 
-def _is_setting(name: str) -> bool:
-    return name.startswith(("PG_", "MCP_")) or name == "DATABASE_URL"
+def _shown_dsn(dsn: str) -> str:
+    """`dsn` without its password, or `dsn` itself when it holds none."""
+    from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+    from pg_mcp_server.dsn import DsnError, parse_keywords
+
+    try:
+        if "://" not in dsn:  # libpq's key=value form
+            pairs = parse_keywords(dsn.strip())
+            if "password" not in pairs:
+                return dsn
+            return " ".join(f"{k}={_libpq_quoted(v)}" for k, v in pairs.items() if k != "password")
+        parts = urlsplit(dsn.strip())
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except (DsnError, ValueError):
+        return "(not shown)"  # unreadable, so possibly a password; start-up refuses it anyway
+    auth, _, hosts = parts.netloc.rpartition("@")
+    if ":" not in auth and all(key != "password" for key, _ in query):
+        return dsn
+    user = auth.partition(":")[0]
+    kept = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
+    return urlunsplit(parts._replace(netloc=f"{user}@{hosts}" if user else hosts, query=kept))
+
+
+def _libpq_quoted(value: str) -> str:
+    if value and not any(c.isspace() or c in "'\\" for c in value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def refuse_bad_definitions(settings: Settings) -> None:
