@@ -1,0 +1,295 @@
+"""Custom SQL held to the rules of our own: no name in it can be taken over by a planted object.
+
+A role that may create objects in a schema on the search path (`public`, on databases made
+before PostgreSQL 15) can plant `public.=(mood, mood)` or `public.enum_range(mood)`: an exact
+match of the argument types beats pg_catalog's polymorphic built-in, even with pg_catalog
+first on the path (CVE-2018-1058), so a definition comparing an enum would run the planted
+function as the server's role. So would asyncpg's own type lookup (`typelem <> 0`, oid
+against integer), which runs on the same connection when a result has a type it does not
+know. Every custom statement therefore runs under `search_path = pg_catalog, pg_temp` (set
+with the transaction, runner.py): no unqualified function, operator or type name can then
+reach another schema, and pg_temp is this session's own. What the operator's SQL names
+outside pg_catalog (their tables, their types, an extension's functions) is qualified, once,
+when the file is checked, with the schema PostgreSQL resolved it to:
+
+1. the statement is analysed as PostgreSQL analyses it (the body of a temporary
+   `BEGIN ATOMIC` function, on the server's search path, rolled back): PostgreSQL records
+   every non-built-in function, operator, type and relation it resolved to (pg_depend);
+2. each unqualified name is qualified with the schema of the object of that name the
+   statement resolved to (pinned.qualify); built-ins stay unqualified, pg_catalog's under
+   the restricted path. An object whose name pg_catalog also has, owned by a role that is
+   not trusted (not a superuser nor in MCP_TRUSTED_ROLES, nor a trusted extension's member),
+   is what a planted object looks like: it is ignored, and pg_catalog's is used;
+3. the qualified statement is analysed again under the restricted path, and must resolve to
+   exactly the objects the original did (but for those ignored), or the file is refused
+   with the name to qualify.
+
+PL code (pl-do blocks, pl-func bodies) is not rewritten: it runs on a fixed path, pg_catalog,
+then the schemas of the server's search path at the check, then pg_temp (see README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from pglast import ast, enums, parse_sql
+from pglast.stream import RawStream
+
+from pg_mcp_server.database.pinned import Kind, UnpinnableSqlError, pin, qualify
+
+RESTRICTED = "pg_catalog, pg_temp"
+SET_RESTRICTED = f"SET LOCAL search_path = {RESTRICTED}"
+PROBE = "mcp_probe"
+
+# The server's search path as names, for PL code: pg_catalog first, pg_temp last.
+PL_PATH = """
+SELECT pg_catalog.array_to_string(
+  ARRAY['pg_catalog']
+  || ARRAY(SELECT pg_catalog.quote_ident(s)
+           FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) s
+           WHERE s <> 'pg_catalog')
+  || ARRAY['pg_temp'], ', ')
+"""
+SET_PATH = "SELECT pg_catalog.set_config('search_path', $1, true)"
+PARAMETERS = """
+SELECT n.nspname, t.typname
+FROM pg_catalog.unnest((SELECT s.parameter_types::pg_catalog.oid[]
+                        FROM pg_catalog.pg_prepared_statements s WHERE s.name = $1))
+     WITH ORDINALITY AS p (oid, n)
+JOIN pg_catalog.pg_type t ON t.oid = p.oid
+JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+ORDER BY p.n
+"""
+DEALLOCATE = f"DEALLOCATE {PROBE}"
+PROBE_OID = f"SELECT 'pg_temp.{PROBE}'::pg_catalog.regproc::pg_catalog.oid"
+# What the probe function depends on: every non-built-in object its body resolved to.
+DEPENDENCIES = """
+SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid, n.nspname AS schema,
+       k.name, k.label,
+       (k.owner = ANY ($2::pg_catalog.oid[]) OR EXISTS (
+          SELECT FROM pg_catalog.pg_depend e
+          JOIN pg_catalog.pg_extension x ON x.oid = e.refobjid
+          WHERE e.classid = d.refclassid AND e.objid = d.refobjid AND e.deptype = 'e'
+            AND x.extowner = ANY ($2::pg_catalog.oid[]))) AS trusted,
+       k.builtin_name
+FROM pg_catalog.pg_depend d
+CROSS JOIN LATERAL (
+  SELECT 'function' AS kind, p.proname::pg_catalog.text AS name, p.pronamespace AS nsp,
+         p.proowner AS owner, p.oid::pg_catalog.regprocedure::pg_catalog.text AS label,
+         EXISTS (SELECT FROM pg_catalog.pg_proc b
+                 WHERE b.proname = p.proname
+                   AND b.pronamespace = 'pg_catalog'::pg_catalog.regnamespace) AS builtin_name
+  FROM pg_catalog.pg_proc p
+  WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.refobjid
+  UNION ALL
+  SELECT 'operator', o.oprname::pg_catalog.text, o.oprnamespace, o.oprowner,
+         o.oid::pg_catalog.regoperator::pg_catalog.text,
+         EXISTS (SELECT FROM pg_catalog.pg_operator b
+                 WHERE b.oprname = o.oprname
+                   AND b.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+  FROM pg_catalog.pg_operator o
+  WHERE d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
+  UNION ALL
+  SELECT 'type', t.typname::pg_catalog.text, t.typnamespace, t.typowner,
+         t.oid::pg_catalog.regtype::pg_catalog.text,
+         EXISTS (SELECT FROM pg_catalog.pg_type b
+                 WHERE b.typname = t.typname
+                   AND b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+  FROM pg_catalog.pg_type t
+  WHERE d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = d.refobjid
+  UNION ALL
+  SELECT 'relation', c.relname::pg_catalog.text, c.relnamespace, c.relowner,
+         c.oid::pg_catalog.regclass::pg_catalog.text,
+         EXISTS (SELECT FROM pg_catalog.pg_class b
+                 WHERE b.relname = c.relname
+                   AND b.relnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+  FROM pg_catalog.pg_class c
+  WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = d.refobjid
+) k
+JOIN pg_catalog.pg_namespace n ON n.oid = k.nsp
+WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = $1
+"""
+TRUSTED = """
+SELECT ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
+             WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[]))
+"""
+
+
+class Refused(Exception):
+    """A statement that cannot be held to the rules: the message says what to write."""
+
+
+@dataclass(frozen=True)
+class Dependency:
+    kind: Kind
+    cls: int
+    oid: int
+    schema: str
+    name: str
+    label: str  # regprocedure / regoperator / regtype / regclass text
+    trusted: bool
+    builtin_name: bool  # pg_catalog has an object of this kind and name
+
+    @property
+    def shadow(self) -> bool:
+        """What a planted object looks like: a built-in's name, owned by a role not trusted."""
+        return self.builtin_name and not self.trusted and self.schema != "pg_catalog"
+
+
+async def trusted_roles(conn: asyncpg.Connection, names: list[str]) -> list[int]:
+    value: list[int] = await conn.fetchval(pin(TRUSTED), names)
+    return value
+
+
+async def pl_path(conn: asyncpg.Connection) -> str:
+    value: str = await conn.fetchval(pin(PL_PATH))
+    return value
+
+
+def _rows(stmt: ast.Node) -> bool:
+    if isinstance(stmt, ast.SelectStmt):
+        return True
+    return bool(getattr(stmt, "returningList", None))
+
+
+def _probe(stmt: ast.Node, parameters: list[tuple[str, str]]) -> str:
+    """CREATE FUNCTION pg_temp.mcp_probe(<parameter types>) whose BEGIN ATOMIC body is `stmt`,
+    built as a tree (the statement is never spliced in as text)."""
+    template = parse_sql(
+        f"CREATE FUNCTION pg_temp.{PROBE}() RETURNS SETOF record LANGUAGE sql "
+        "BEGIN ATOMIC SELECT; END"
+    )[0].stmt
+    assert isinstance(template, ast.CreateFunctionStmt)
+    template.parameters = tuple(
+        ast.FunctionParameter(
+            argType=ast.TypeName(names=(ast.String(schema), ast.String(name))),
+            mode=enums.FunctionParameterMode.FUNC_PARAM_DEFAULT,
+        )
+        for schema, name in parameters
+    )
+    if not _rows(stmt):
+        template.returnType = ast.TypeName(names=(ast.String("pg_catalog"), ast.String("void")))
+    template.sql_body = ((stmt,),)
+    text: str = RawStream()(template)
+    return text
+
+
+async def _dependencies(
+    conn: asyncpg.Connection, sql: str, parameters: list[tuple[str, str]], trusted: list[int]
+) -> list[Dependency]:
+    """What `sql` resolves to on the connection's current path (in the caller's transaction;
+    the probe function is dropped again)."""
+    (raw,) = parse_sql(sql)
+    assert raw.stmt is not None
+    await conn.execute(_probe(raw.stmt, parameters))
+    oid = await conn.fetchval(pin(PROBE_OID))
+    rows = await conn.fetch(pin(DEPENDENCIES), oid, trusted)
+    await conn.execute(f"DROP FUNCTION pg_temp.{PROBE}")
+    return [Dependency(**dict(r)) for r in rows]
+
+
+async def _parameters(conn: asyncpg.Connection, sql: str) -> list[tuple[str, str]]:
+    """The parameter types PostgreSQL infers for `sql`, read from a SQL-level PREPARE: the
+    driver's prepare would look unknown types up on the server's path, planted or not."""
+    (raw,) = parse_sql(sql)
+    prepare = ast.PrepareStmt(name=PROBE, query=raw.stmt)
+    await conn.execute(RawStream()(prepare))
+    try:
+        rows = await conn.fetch(pin(PARAMETERS), PROBE)
+    finally:
+        await conn.execute(DEALLOCATE)
+    return [(r[0], r[1]) for r in rows]
+
+
+def _choose(deps: list[Dependency]) -> dict[tuple[Kind, str], str]:
+    """For each (kind, name) the statement resolved outside the built-ins: the one schema to
+    qualify it with. Refused when one name resolved into several schemas."""
+    schemas: dict[tuple[Kind, str], set[str]] = {}
+    for dep in deps:
+        if not dep.shadow:
+            schemas.setdefault((dep.kind, dep.name), set()).add(dep.schema)
+    chosen = {}
+    for (kind, name), found in schemas.items():
+        if len(found) > 1:
+            spelled = " or ".join(_spelled(kind, s, name) for s in sorted(found))
+            raise Refused(
+                f"{kind} {name} resolves to objects in schemas {', '.join(sorted(found))}: "
+                f"write each use qualified ({spelled})"
+            )
+        (schema,) = found
+        chosen[(kind, name)] = schema
+    return chosen
+
+
+def _spelled(kind: Kind, schema: str, name: str) -> str:
+    return f"OPERATOR({schema}.{name})" if kind == "operator" else f"{schema}.{name}"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    sql: str  # prepared under search_path = pg_catalog, pg_temp
+    pinned: bool  # every name in `sql` is qualified: it may run on the PL path
+    ignored: list[str]  # planted-looking objects the original resolved to, not used
+
+
+async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Resolved:
+    """`sql` qualified as the module says, checked to resolve under the restricted path to
+    what it resolves to on the server's. Runs in a read-write transaction of its own,
+    always rolled back (the probe functions are temporary). Raises Refused, or the
+    driver's PostgresError when PostgreSQL refuses the statement itself."""
+    await conn.execute("BEGIN READ WRITE")
+    try:
+        parameters = await _parameters(conn, sql)
+        before = await _dependencies(conn, sql, parameters, trusted)
+        chosen = _choose(before)
+        try:
+            text = qualify(sql, lambda kind, name: chosen.get((kind, name)))
+        except UnpinnableSqlError as exc:
+            raise Refused(str(exc)) from None
+        try:
+            text, pinned = pin(text, qualified=True), True
+        except UnpinnableSqlError:
+            pinned = False  # JOIN USING and the like: safe on the restricted path only
+        kept = {(d.cls, d.oid) for d in before if not d.shadow}
+        ignored = [d for d in before if d.shadow]
+        await conn.execute(SET_RESTRICTED)
+        try:
+            after = await _dependencies(conn, text, parameters, trusted)
+        except asyncpg.PostgresError as exc:
+            raise Refused(_unresolved(exc.message, ignored, chosen)) from None
+        now = {(d.cls, d.oid) for d in after}
+        if now != kept:
+            lost = sorted(d.label for d in before if (d.cls, d.oid) in kept - now)
+            new = sorted(d.label for d in after if (d.cls, d.oid) in now - kept)
+            raise Refused(
+                "it resolves differently once its names are pinned"
+                + (f" (no longer {', '.join(lost)}" if lost else " (")
+                + (f"; now {', '.join(new)})" if new else ")")
+                + ": a construct that cannot be qualified (JOIN ... USING, IN (...), "
+                "BETWEEN, CASE x WHEN, NULLIF, IS DISTINCT FROM, LIKE) used an operator "
+                "outside pg_catalog, or one name means objects in two schemas; write those "
+                "uses with a qualified operator (a OPERATOR(schema.=) b) or function"
+            )
+    finally:
+        await conn.execute("ROLLBACK")
+    return Resolved(text, pinned, [f"{d.kind} {d.label}" for d in ignored])
+
+
+def _unresolved(
+    message: str, ignored: list[Dependency], chosen: dict[tuple[Kind, str], str]
+) -> str:
+    why = f"once its names are pinned, PostgreSQL says: {message}"
+    if ignored:
+        names = ", ".join(f"{d.kind} {d.label}" for d in ignored)
+        why += (
+            f". It resolved to {names}, whose name is also pg_catalog's and whose owner is "
+            "not trusted (what a planted object looks like), so pg_catalog's is used: if "
+            "that object is meant, write it qualified, or add its owner to MCP_TRUSTED_ROLES"
+        )
+    elif chosen:
+        why += (
+            ". A name outside pg_catalog is used for objects of two schemas, or with "
+            "pg_catalog's too: write those uses qualified"
+        )
+    return why
