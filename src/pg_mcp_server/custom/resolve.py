@@ -36,7 +36,13 @@ import asyncpg
 from pglast import ast, enums, parse_sql
 from pglast.stream import RawStream
 
-from pg_mcp_server.database.pinned import Kind, UnpinnableSqlError, pin, qualify
+from pg_mcp_server.database.pinned import (
+    Kind,
+    UnpinnableSqlError,
+    pin,
+    qualify,
+    written_qualified,
+)
 
 RESTRICTED = "pg_catalog, pg_temp"
 SET_RESTRICTED = f"SET LOCAL search_path = {RESTRICTED}"
@@ -202,12 +208,14 @@ async def _parameters(conn: asyncpg.Connection, sql: str) -> list[tuple[str, str
     return [(r[0], r[1]) for r in rows]
 
 
-def _choose(deps: list[Dependency]) -> dict[tuple[Kind, str], str]:
+def _choose(deps: list[Dependency], sql: str) -> dict[tuple[Kind, str], str]:
     """For each (kind, name) the statement resolved outside the built-ins: the one schema to
-    qualify it with. Refused when one name resolved into several schemas."""
+    qualify its unqualified uses with (the schemas it is written qualified with aside).
+    Refused when it resolved into several. A guess here is caught by the second probe."""
+    written = written_qualified(sql)
     schemas: dict[tuple[Kind, str], set[str]] = {}
     for dep in deps:
-        if not dep.shadow:
+        if not dep.shadow and (dep.kind, dep.schema, dep.name) not in written:
             schemas.setdefault((dep.kind, dep.name), set()).add(dep.schema)
     chosen = {}
     for (kind, name), found in schemas.items():
@@ -242,7 +250,7 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
     try:
         parameters = await _parameters(conn, sql)
         before = await _dependencies(conn, sql, parameters, trusted)
-        chosen = _choose(before)
+        chosen = _choose(before, sql)
         try:
             text = qualify(sql, lambda kind, name: chosen.get((kind, name)))
         except UnpinnableSqlError as exc:

@@ -125,6 +125,29 @@ def qualify(sql: str, schema_of: Callable[[Kind, str], str | None]) -> str:
     return text
 
 
+def written_qualified(sql: str) -> set[tuple[Kind, str, str]]:
+    """(kind, schema, name) of each function, operator, type and relation `sql` names
+    qualified (the schemas its writer chose)."""
+    out: set[tuple[Kind, str, str]] = set()
+
+    def add(kind: Kind, name: tuple[ast.String, ...] | None) -> None:
+        if name is not None and len(name) == 2:
+            out.add((kind, str(name[0].sval), str(name[1].sval)))
+
+    for node in _nodes(parse_sql(sql)):
+        if isinstance(node, ast.FuncCall):
+            add("function", node.funcname)
+        elif isinstance(node, ast.TypeName):
+            add("type", node.names)
+        elif isinstance(node, ast.A_Expr):
+            add("operator", node.name)
+        elif isinstance(node, ast.SubLink):
+            add("operator", node.operName)
+        elif isinstance(node, ast.RangeVar) and node.schemaname is not None:
+            out.add(("relation", str(node.schemaname), str(node.relname)))
+    return out
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal trees, but for positions in the text, fields left at their defaults (a node
     built here has None where the parser writes False or 0), and whether a call was written
