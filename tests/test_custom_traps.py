@@ -49,6 +49,7 @@ CREATE ROLE {role} NOLOGIN;
 GRANT CREATE, USAGE ON SCHEMA public TO {role};  -- legacy public CREATE rights
 CREATE SCHEMA planter AUTHORIZATION {role};
 SET ROLE {role};
+GRANT USAGE ON SCHEMA planter TO PUBLIC;  -- so that any role's SQL can reach the traps
 CREATE FUNCTION planter.effect() RETURNS boolean LANGUAGE sql AS $$
     SELECT pg_catalog.pg_current_xact_id() IS NOT NULL
        AND pg_catalog.pg_stat_reset()::text IS NOT NULL $$;
@@ -243,6 +244,47 @@ async def test_no_definition_runs_a_planted_object(
     ignored = " ".join(r.getMessage() for r in caplog.records)
     assert "operator =(mood,mood)" in ignored
     assert "function enum_range(mood)" in ignored
+
+
+NO_TEMP = """
+CREATE ROLE {role} LOGIN;
+GRANT USAGE ON SCHEMA public TO {role};
+GRANT SELECT ON public.feelings TO {role};
+REVOKE TEMP ON DATABASE {db} FROM PUBLIC;
+"""
+SQL_ONLY = DEFINITIONS.split("  - name: moods_func")[0]
+
+
+async def test_without_temp_the_names_are_looked_up_and_nothing_planted_runs(
+    pg: PgServer, planted: str, tmp_path: Path
+) -> None:
+    """A role without TEMP (or a standby) cannot make the probe functions: names are looked
+    up on the server's path instead, and the planted objects still never run."""
+    ((db,),) = await fetch(planted, "SELECT pg_catalog.current_database()")
+    role = f"custom_notemp_{db[-8:]}"
+    await execute(planted, NO_TEMP.format(role=role, db=db))
+    reader = f"postgresql://{role}@{planted.split('@', 1)[1]}"
+    try:
+        before = await _stats_reset(planted)
+        async with serve(reader, tmp_path, SQL_ONLY) as client:
+            got = {
+                "in_mood": (await call(client, "in_mood", mood="fine"))["rows"],
+                "counted": (await call(client, "counted"))["rows"],
+                "joined": (await call(client, "joined"))["rows"],
+            }
+            read = await client.read_resource("custom://feelings/sad", cache_mode="bypass")
+            got["custom://feelings/sad"] = _json(read.contents[0].text)  # type: ignore[union-attr]
+            ref = PromptReference(type="ref/prompt", name="mood-report")
+            got["complete prompt"] = (
+                await client.complete(ref, {"name": "mood", "value": "s"})
+            ).completion.values
+        assert got == {k: EXPECTED[k] for k in got}
+        assert await _stats_reset(planted) == before, "a planted object ran"
+    finally:
+        await execute(
+            planted,
+            f"GRANT TEMP ON DATABASE {db} TO PUBLIC; DROP OWNED BY {role}; DROP ROLE {role}",
+        )
 
 
 REFUSALS = """

@@ -21,6 +21,7 @@ from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.resolve import (
     SET_PATH,
     SET_RESTRICTED,
+    Invalid,
     Refused,
     pl_path,
     resolve,
@@ -74,11 +75,15 @@ class _Bad(Exception):
     pass
 
 
-def _message(exc: asyncpg.PostgresError, sql: str | None = None) -> str:
+def _message(exc: asyncpg.PostgresError, sql: str | None = None, at: int | None = None) -> str:
+    """PostgreSQL's error, with the line of `sql` it points at (`at`, 0-based, when the
+    error's own position is in another text)."""
     text = exc.message or type(exc).__name__
     position = getattr(exc, "position", None)
-    if sql is not None and position and str(position).isdigit():
-        text += f" (line {sql[: int(position) - 1].count(chr(10)) + 1} of the sql)"
+    if at is None and position and str(position).isdigit():
+        at = int(position) - 1
+    if sql is not None and at is not None:
+        text += f" (line {sql[:at].count(chr(10)) + 1} of the sql)"
     hint = getattr(exc, "hint", None)
     return text + (f"; hint: {hint}" if hint else "")
 
@@ -127,27 +132,16 @@ class _Checker:
         self.checked = Checked(pl_path=path)
         self.described = self.checked.described
 
-    async def _located(self, sql: str, exc: asyncpg.PostgresError) -> str:
-        """PostgreSQL's refusal of `sql` with its line in the operator's text: the probes
-        send it reprinted, so it is prepared once more as written (it fails while being
-        parsed, before the driver could look any type up)."""
-        await self.conn.execute("BEGIN READ ONLY")
-        try:
-            await self.conn.prepare(sql)
-        except asyncpg.PostgresError as again:
-            return _message(again, sql)
-        finally:
-            await self.conn.execute("ROLLBACK")
-        return _message(exc)
-
     async def statement(self, sql: str, what: str) -> Described:
         """`sql` qualified (kept for running) and described under the restricted path."""
         try:
             resolved = await resolve(self.conn, sql, self.trusted)
         except Refused as exc:
             raise _Bad(f"{what}: {exc}") from None
+        except Invalid as invalid:
+            raise _Bad(f"{what}: {_message(invalid.error, sql, invalid.position)}") from None
         except asyncpg.PostgresError as exc:
-            raise _Bad(f"{what}: {await self._located(sql, exc)}") from None
+            raise _Bad(f"{what}: {_message(exc)}") from None
         for ignored in resolved.ignored:
             logger.warning(
                 "custom definitions: %s resolves to %s, whose name is pg_catalog's and whose "

@@ -41,6 +41,7 @@ from pg_mcp_server.database.pinned import (
     UnpinnableSqlError,
     pin,
     qualify,
+    unqualified_names,
     written_qualified,
 )
 
@@ -59,7 +60,7 @@ SELECT pg_catalog.array_to_string(
 """
 SET_PATH = "SELECT pg_catalog.set_config('search_path', $1, true)"
 PARAMETERS = """
-SELECT n.nspname, t.typname
+SELECT n.nspname::pg_catalog.text, t.typname::pg_catalog.text
 FROM pg_catalog.unnest((SELECT s.parameter_types::pg_catalog.oid[]
                         FROM pg_catalog.pg_prepared_statements s WHERE s.name = $1))
      WITH ORDINALITY AS p (oid, n)
@@ -71,7 +72,8 @@ DEALLOCATE = f"DEALLOCATE {PROBE}"
 PROBE_OID = f"SELECT 'pg_temp.{PROBE}'::pg_catalog.regproc::pg_catalog.oid"
 # What the probe function depends on: every non-built-in object its body resolved to.
 DEPENDENCIES = """
-SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid, n.nspname AS schema,
+SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
+       n.nspname::pg_catalog.text AS schema,
        k.name, k.label,
        (k.owner = ANY ($2::pg_catalog.oid[]) OR EXISTS (
           SELECT FROM pg_catalog.pg_depend e
@@ -195,17 +197,64 @@ async def _dependencies(
     return [Dependency(**dict(r)) for r in rows]
 
 
+class Invalid(Exception):
+    """PostgreSQL refused the statement itself: its error, and where in the operator's text
+    it points (0-based), if anywhere."""
+
+    def __init__(self, error: asyncpg.PostgresError, position: int | None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.position = position
+
+
 async def _parameters(conn: asyncpg.Connection, sql: str) -> list[tuple[str, str]]:
     """The parameter types PostgreSQL infers for `sql`, read from a SQL-level PREPARE: the
-    driver's prepare would look unknown types up on the server's path, planted or not."""
+    driver's prepare would look unknown types up on the server's path, planted or not.
+    Raises Invalid when PostgreSQL refuses the statement."""
     (raw,) = parse_sql(sql)
-    prepare = ast.PrepareStmt(name=PROBE, query=raw.stmt)
-    await conn.execute(RawStream()(prepare))
+    printed = RawStream()(ast.PrepareStmt(name=PROBE, query=raw.stmt))
+    try:
+        await conn.execute(printed)
+    except asyncpg.PostgresError as exc:
+        where = getattr(exc, "position", None)
+        at = int(where) - 1 if where and str(where).isdigit() else None
+        raise Invalid(exc, None if at is None else _position(sql, printed, at)) from None
     try:
         rows = await conn.fetch(pin(PARAMETERS), PROBE)
     finally:
         await conn.execute(DEALLOCATE)
     return [(r[0], r[1]) for r in rows]
+
+
+def _locations(node: object) -> list[int]:
+    """The locations of a tree's nodes, in an order that two equal trees share."""
+    out: list[int] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif isinstance(item, ast.Node):
+            location = getattr(item, "location", None)
+            if isinstance(location, int) and location >= 0:
+                out.append(location)
+            stack.extend(reversed([getattr(item, member) for member in item]))
+    return out
+
+
+def _position(sql: str, printed: str, at: int) -> int | None:
+    """Where in `sql` the node is that `at` points at in `printed` (the same statement,
+    reprinted inside PREPARE): PostgreSQL reports positions in the text it was sent."""
+    (original,) = parse_sql(sql)
+    (again,) = parse_sql(printed)
+    assert isinstance(again.stmt, ast.PrepareStmt)
+    mine, theirs = _locations(original.stmt), _locations(again.stmt.query)
+    if len(mine) != len(theirs):
+        return None
+    best = max(
+        (i for i, loc in enumerate(theirs) if loc <= at), key=lambda i: theirs[i], default=None
+    )
+    return None if best is None else mine[best]
 
 
 def _choose(deps: list[Dependency], sql: str) -> dict[tuple[Kind, str], str]:
@@ -243,22 +292,33 @@ class Resolved:
 
 async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Resolved:
     """`sql` qualified as the module says, checked to resolve under the restricted path to
-    what it resolves to on the server's. Runs in a read-write transaction of its own,
-    always rolled back (the probe functions are temporary). Raises Refused, or the
-    driver's PostgresError when PostgreSQL refuses the statement itself."""
-    await conn.execute("BEGIN READ WRITE")
+    what it resolves to on the server's. Runs in a transaction of its own, always rolled
+    back (the probe functions are temporary). Where no temporary function can be made (a
+    standby, a role without TEMP), names are looked up instead (_looked_up). Raises Refused,
+    or the driver's PostgresError when PostgreSQL refuses the statement itself."""
+    probing = True
+    try:
+        await conn.execute("BEGIN READ WRITE")
+    except (asyncpg.ReadOnlySQLTransactionError, asyncpg.FeatureNotSupportedError):
+        probing = False  # a standby ("cannot set transaction read-write mode during recovery")
+        await conn.execute("ROLLBACK; BEGIN READ ONLY")
     try:
         parameters = await _parameters(conn, sql)
-        before = await _dependencies(conn, sql, parameters, trusted)
+        if probing:
+            await conn.execute("SAVEPOINT mcp_probe")
+            try:
+                before: list[Dependency] | None = await _dependencies(
+                    conn, sql, parameters, trusted
+                )
+            except (asyncpg.InsufficientPrivilegeError, asyncpg.ReadOnlySQLTransactionError):
+                await conn.execute("ROLLBACK TO SAVEPOINT mcp_probe")
+                before = None
+        else:
+            before = None
+        if before is None:
+            return await _looked_up(conn, sql)
         chosen = _choose(before, sql)
-        try:
-            text = qualify(sql, lambda kind, name: chosen.get((kind, name)))
-        except UnpinnableSqlError as exc:
-            raise Refused(str(exc)) from None
-        try:
-            text, pinned = pin(text, qualified=True), True
-        except UnpinnableSqlError:
-            pinned = False  # JOIN USING and the like: safe on the restricted path only
+        text, pinned = _rewritten(sql, chosen)
         kept = {(d.cls, d.oid) for d in before if not d.shadow}
         ignored = [d for d in before if d.shadow]
         await conn.execute(SET_RESTRICTED)
@@ -270,11 +330,12 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
         if now != kept:
             lost = sorted(d.label for d in before if (d.cls, d.oid) in kept - now)
             new = sorted(d.label for d in after if (d.cls, d.oid) in now - kept)
+            changes = ([f"no longer {', '.join(lost)}"] if lost else []) + (
+                [f"now {', '.join(new)}"] if new else []
+            )
             raise Refused(
-                "it resolves differently once its names are pinned"
-                + (f" (no longer {', '.join(lost)}" if lost else " (")
-                + (f"; now {', '.join(new)})" if new else ")")
-                + ": a construct that cannot be qualified (JOIN ... USING, IN (...), "
+                f"it resolves differently once its names are pinned ({'; '.join(changes)}): "
+                "a construct that cannot be qualified (JOIN ... USING, IN (...), "
                 "BETWEEN, CASE x WHEN, NULLIF, IS DISTINCT FROM, LIKE) used an operator "
                 "outside pg_catalog, or one name means objects in two schemas; write those "
                 "uses with a qualified operator (a OPERATOR(schema.=) b) or function"
@@ -282,6 +343,78 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
     finally:
         await conn.execute("ROLLBACK")
     return Resolved(text, pinned, [f"{d.kind} {d.label}" for d in ignored])
+
+
+def _rewritten(sql: str, chosen: dict[tuple[Kind, str], str]) -> tuple[str, bool]:
+    """`sql` qualified with `chosen`, then pinned if it can be (and whether it was)."""
+    try:
+        text = qualify(sql, lambda kind, name: chosen.get((kind, name)))
+    except UnpinnableSqlError as exc:
+        raise Refused(str(exc)) from None
+    try:
+        return pin(text, qualified=True), True
+    except UnpinnableSqlError:
+        return text, False  # JOIN USING and the like: safe on the restricted path only
+
+
+# Without a probe: where each unqualified name of a statement is found on the server's path.
+LOOKUP = """
+SELECT k.kind, k.name,
+  CASE k.kind
+    WHEN 'relation' THEN (
+      SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      WHERE c.oid = pg_catalog.to_regclass(pg_catalog.quote_ident(k.name)))
+    WHEN 'type' THEN (
+      SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_type t
+      JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+      WHERE t.oid = pg_catalog.to_regtype(pg_catalog.quote_ident(k.name)))
+  END AS schema,
+  ARRAY(
+    SELECT s.nsp::pg_catalog.text
+    FROM pg_catalog.unnest(pg_catalog.current_schemas(true)) AS s (nsp)
+    WHERE (k.kind = 'function' AND EXISTS (
+             SELECT FROM pg_catalog.pg_proc p
+             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+             WHERE n.nspname = s.nsp AND p.proname = k.name))
+       OR (k.kind = 'operator' AND EXISTS (
+             SELECT FROM pg_catalog.pg_operator o
+             JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace
+             WHERE n.nspname = s.nsp AND o.oprname = k.name))) AS schemas
+FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[]))
+     AS k (kind, name)
+"""
+
+
+async def _looked_up(conn: asyncpg.Connection, sql: str) -> Resolved:
+    """Where no probe can be made: relations and types qualified where the server's path
+    finds them (PostgreSQL's own rule for them), a function or operator name pg_catalog has
+    left to pg_catalog, any other qualified with the one schema on the path that has it.
+    Nothing compares what the statement resolved to: an extension's operator of a built-in
+    name (citext's =) is not used. Then prepared on the restricted path, which must work."""
+    names = sorted(unqualified_names(sql))
+    rows = await conn.fetch(pin(LOOKUP), [k for k, _ in names], [n for _, n in names])
+    chosen: dict[tuple[Kind, str], str] = {}
+    for row in rows:
+        kind, name, schema, schemas = row["kind"], row["name"], row["schema"], row["schemas"]
+        if kind in ("relation", "type"):
+            if schema is not None and schema != "pg_catalog" and not schema.startswith("pg_temp"):
+                chosen[(kind, name)] = schema
+        elif "pg_catalog" not in schemas and len(schemas) > 1:
+            spelled = " or ".join(_spelled(kind, s, name) for s in schemas)
+            raise Refused(f"{kind} {name} is in schemas {', '.join(schemas)}: write it qualified "
+                          f"({spelled})")  # fmt: skip
+        elif "pg_catalog" not in schemas and schemas:
+            chosen[(kind, name)] = schemas[0]
+    text, pinned = _rewritten(sql, chosen)
+    await conn.execute(SET_RESTRICTED)
+    prepare = ast.PrepareStmt(name=PROBE, query=parse_sql(text)[0].stmt)
+    try:
+        await conn.execute(RawStream()(prepare))
+    except asyncpg.PostgresError as exc:
+        raise Refused(_unresolved(exc.message, [], chosen)) from None
+    await conn.execute(DEALLOCATE)
+    return Resolved(text, pinned, [])
 
 
 def _unresolved(

@@ -148,6 +148,18 @@ def written_qualified(sql: str) -> set[tuple[Kind, str, str]]:
     return out
 
 
+def unqualified_names(sql: str) -> set[tuple[Kind, str]]:
+    """(kind, name) of each function, operator, type and relation `sql` names unqualified
+    (a CTE's name aside): what `qualify` asks about."""
+    out: set[tuple[Kind, str]] = set()
+
+    def ask(kind: Kind, name: str) -> None:
+        out.add((kind, name))
+
+    qualify(sql, lambda kind, name: ask(kind, name))
+    return out
+
+
 def _same(a: Any, b: Any) -> bool:
     """Equal trees, but for positions in the text, fields left at their defaults (a node
     built here has None where the parser writes False or 0), and whether a call was written
