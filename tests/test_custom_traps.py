@@ -418,3 +418,12 @@ async def test_a_read_only_pl_func_call_assigns_no_xid_and_runs_no_ddl(
         assert await _next_xid(scratch_dsn) == first, "a call assigned a transaction ID"
         seen = [r[0] for r in await fetch(scratch_dsn, "SELECT tag FROM ddl_seen")]
         assert seen == ["CREATE FUNCTION"], "a call ran DDL"
+        # Reloaded (another description, the same code): the session has the function
+        # already, under the same name; it is made again once, and answers.
+        async with client.listen(tools_list_changed=True) as events:
+            aside = path.with_suffix(".tmp.yaml")
+            aside.write_text(PLFUNC.replace("    type: pl-func", "    description: Sum.\n"
+                                            "    type: pl-func"))  # fmt: skip
+            aside.replace(path)
+            await asyncio.wait_for(anext(aiter(events)), 15)
+        assert (await call(client, "total", over=15))["result"] == 20

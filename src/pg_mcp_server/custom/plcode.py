@@ -183,7 +183,8 @@ def create_function(language: str, returns: str, code: str) -> str:
     body = convention.func_prelude + code
     name = function_name(language, returns, code)
     sql = (
-        f"CREATE FUNCTION pg_temp.{name}({convention.func_param} jsonb) RETURNS {returns}\n"
+        f"CREATE OR REPLACE FUNCTION pg_temp.{name}({convention.func_param} jsonb) "
+        f"RETURNS {returns}\n"
         f"LANGUAGE {language} SET search_path FROM CURRENT AS {_quoted(body)}"
     )
     stmt = _one(sql, ast.CreateFunctionStmt)
