@@ -299,15 +299,19 @@ tools:
     type: sql
     sql: |
       SELECT 'red'::colour OPERATOR(public.=) 'red' AS same, label(2) AS a, extra.label('y') AS b
+  - name: colours_plain
+    type: sql
+    sql: SELECT 'red'::colour = 'blue' AS same
 """
 REFUSAL_FIXTURE = """
 CREATE SCHEMA extra;
 CREATE FUNCTION public.label(int) RETURNS text IMMUTABLE LANGUAGE sql AS $$SELECT 'int'$$;
 CREATE FUNCTION extra.label(text) RETURNS text IMMUTABLE LANGUAGE sql AS $$SELECT 'text'$$;
 CREATE TYPE public.colour AS ENUM ('red', 'blue');
--- the DBA's own equality for colours (a trusted role's): used wherever it resolves
+-- the DBA's own equality for colours (a trusted role's: used wherever it resolves), which
+-- finds every two colours alike, so that the answer shows which = ran
 CREATE FUNCTION public.colour_eq(public.colour, public.colour) RETURNS boolean IMMUTABLE
-    LANGUAGE sql AS 'SELECT pg_catalog.enum_eq($1, $2)';
+    LANGUAGE sql AS 'SELECT $1 IS NOT NULL AND $2 IS NOT NULL';
 CREATE OPERATOR public.= (LEFTARG = public.colour, RIGHTARG = public.colour,
                           FUNCTION = public.colour_eq);
 DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET search_path = "$user", public, extra',
@@ -342,7 +346,9 @@ async def test_a_name_that_cannot_be_pinned_stops_the_start(
     )
     async with serve(scratch_dsn, tmp_path, text) as client:
         got = await call(client, "colours_qualified")
+        plain = await call(client, "colours_plain")  # qualified by the check: the DBA's =
     assert got["rows"] == [{"same": True, "a": "int", "b": "text"}]
+    assert plain["rows"] == [{"same": True}]
 
 
 EVENT_TRIGGER = """
