@@ -129,6 +129,7 @@ class _Checker:
         self.conn = conn
         self.trusted = trusted
         self.problems: list[str] = []
+        self.where = Where("file", 0, 1)  # the definition being checked (run)
         self.checked = Checked(pl_path=path)
         self.described = self.checked.described
 
@@ -145,8 +146,8 @@ class _Checker:
         for ignored in resolved.ignored:
             logger.warning(
                 "custom definitions: %s resolves to %s, whose name is pg_catalog's and whose "
-                "owner is not trusted; pg_catalog's is used",
-                what,
+                "owner is not trusted (what a planted object looks like); pg_catalog's is used",
+                self.defs.problem(self.where, what),
                 ignored,
             )
         described = await _describe(self.conn, resolved.sql, what)
@@ -156,6 +157,7 @@ class _Checker:
         return described
 
     async def run(self, where: Where, check: Awaitable[None]) -> None:
+        self.where = where
         try:
             await check
         except _Bad as bad:
