@@ -6,23 +6,26 @@ match of the argument types beats pg_catalog's polymorphic built-in, even with p
 first on the path (CVE-2018-1058), so a definition comparing an enum would run the planted
 function as the server's role. So would asyncpg's own type lookup (`typelem <> 0`, oid
 against integer), which runs on the same connection when a result has a type it does not
-know. Every custom statement therefore runs under `search_path = pg_catalog, pg_temp` (set
-with the transaction, runner.py): no unqualified function, operator or type name can then
-reach another schema, and pg_temp is this session's own. What the operator's SQL names
-outside pg_catalog (their tables, their types, an extension's functions) is qualified, once,
-when the file is checked, with the schema PostgreSQL resolved it to:
+know. So, once per statement when the file is checked:
 
 1. the statement is analysed as PostgreSQL analyses it (the body of a temporary
    `BEGIN ATOMIC` function, on the server's search path, rolled back): PostgreSQL records
    every non-built-in function, operator, type and relation it resolved to (pg_depend);
 2. each unqualified name is qualified with the schema of the object of that name the
-   statement resolved to (pinned.qualify); built-ins stay unqualified, pg_catalog's under
-   the restricted path. An object whose name pg_catalog also has, owned by a role that is
-   not trusted (not a superuser nor in MCP_TRUSTED_ROLES, nor a trusted extension's member),
-   is what a planted object looks like: it is ignored, and pg_catalog's is used;
-3. the qualified statement is analysed again under the restricted path, and must resolve to
-   exactly the objects the original did (but for those ignored), or the file is refused
-   with the name to qualify.
+   statement resolved to (pinned.qualify), and everything else is pinned to pg_catalog
+   (pinned.pin), as our own SQL is. An object whose name pg_catalog also has, owned by a
+   role that is not trusted (not a superuser nor in MCP_TRUSTED_ROLES, nor a trusted
+   extension's member), is what a planted object looks like: it is left out, and
+   pg_catalog's is used;
+3. the result is analysed again under `search_path = pg_catalog, pg_temp` and must resolve
+   to exactly the objects the original did (but for those left out), or the file is
+   refused with the name to qualify.
+
+Each call prepares the statement under that restricted path (runner.py), so the driver's
+type lookup sees pg_catalog only; a fully pinned statement then runs on the PL path below
+(what it calls sees the path it would see for any caller), one that pin() cannot write
+(JOIN ... USING and the like) stays on the restricted path. Where no probe can be made (a
+standby, a role without TEMP), names are looked up instead (_looked_up).
 
 PL code (pl-do blocks, pl-func bodies) is not rewritten: it runs on a fixed path, pg_catalog,
 then the schemas of the server's search path at the check, then pg_temp (see README).
