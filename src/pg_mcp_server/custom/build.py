@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from jsonschema import Draft202012Validator
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
@@ -26,11 +27,12 @@ from pydantic import ConfigDict
 from pg_mcp_server.app import AppContext, app_context
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom import plcode
-from pg_mcp_server.custom.check import Described
+from pg_mcp_server.custom.check import Checked, Described
 from pg_mcp_server.custom.loader import PLACEHOLDER
 from pg_mcp_server.custom.runner import (
     Column,
     Rows,
+    SessionFunctions,
     complete,
     create_function,
     fetch_rows,
@@ -47,7 +49,7 @@ from pg_mcp_server.custom.specs import (
     ToolSpec,
 )
 from pg_mcp_server.database.names import Names
-from pg_mcp_server.errors import InvalidSqlError, ParameterError
+from pg_mcp_server.errors import DatabaseConnectionError, InvalidSqlError, ParameterError
 from pg_mcp_server.primitives.registry import (
     Argument,
     Content,
@@ -172,6 +174,30 @@ def _same_shape(rows: Rows, described: Described | None, name: str) -> None:
         )
 
 
+class _FunctionLost(InvalidSqlError):
+    """The session no longer had the tool's function: made again, and the call run again."""
+
+
+def _checked(sql: str, checked: Checked | None) -> str:
+    """`sql` as it runs: qualified at the check. Unchecked SQL is never run (its names would
+    not resolve on the restricted path, or resolve to what nobody checked)."""
+    if checked is None or sql not in checked.sql:
+        raise DatabaseConnectionError(
+            "The custom definitions have not been checked against the database yet (it "
+            "could not be reached); they are checked again every few seconds.",
+        )
+    return checked.sql[sql]
+
+
+def _pl_path(checked: Checked | None) -> str:
+    if checked is None:
+        raise DatabaseConnectionError(
+            "The custom definitions have not been checked against the database yet (it "
+            "could not be reached); they are checked again every few seconds.",
+        )
+    return checked.pl_path
+
+
 def _arguments(
     validator: Draft202012Validator, spec: ToolSpec, given: dict[str, Any]
 ) -> dict[str, Any]:
@@ -214,35 +240,74 @@ def _refused(spec: ToolSpec, path: str) -> str:
     )
 
 
-def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: str) -> PgTool:
+def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str) -> PgTool:
     validator = Draft202012Validator(spec.input_schema)
     write = spec.allow_writes and settings.server.allow_write_tools
     refused = _refused(spec, path)
+    described = checked.described.get(f"tool {spec.name}") if checked else None
     columns = described.columns if described else None
-    creates = spec.type == "pl-func"
+    plfunc = spec.type == "pl-func"
+    # A read-only tool's function lives on in each session (see runner.py).
+    kept = (
+        SessionFunctions(spec.statement, checked.pl_path)
+        if plfunc and not write and checked is not None
+        else None
+    )
+
+    async def once(app: AppContext, args: dict[str, Any]) -> Rows | Any:
+        limit, max_bytes = app.settings.server.max_rows, app.settings.server.max_result_bytes
+        session = kept if kept is not None and app.db.pooled is False else None
+        async with transaction(
+            app.db,
+            spec.timeout_ms,
+            write=write,
+            refused=refused,
+            creates=plfunc and session is None,
+            before=session.ensure if session is not None else None,
+        ) as conn:
+            if spec.type == "pl-do":
+                return await run_do(conn, spec.statement, args, _pl_path(checked))
+            path = None
+            if spec.type == "sql":
+                values = [args.get(p) for p in spec.properties]
+                sql, names, status = _checked(spec.sql, checked), spec.properties, write
+                path = checked.path(spec.sql) if checked else None
+            else:
+                if session is None:
+                    await create_function(conn, spec.statement, _pl_path(checked), write=write)
+                sql = plcode.call_function(spec.function)
+                values, names, status = [json.dumps(args)], [], False
+            try:
+                rows = await fetch_rows(
+                    conn,
+                    sql,
+                    values,
+                    names,
+                    limit=limit,
+                    max_bytes=max_bytes,
+                    status=status,
+                    path=path,
+                )
+            except asyncpg.UndefinedFunctionError:
+                if session is None:
+                    raise
+                session.lost(conn)
+                raise _FunctionLost("The tool's function was gone from its session.") from None
+            _same_shape(rows, described, spec.name)  # before a write tool commits
+            if plfunc and write:  # committed, the function would outlive the call
+                await conn.execute(plcode.drop_function(spec.function))
+        return rows
 
     async def run(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
         app = app_context(ctx)
         args = _arguments(validator, spec, arguments)
-        limit, max_bytes = app.settings.server.max_rows, app.settings.server.max_result_bytes
-        async with transaction(
-            app.db, spec.timeout_ms, write=write, refused=refused, creates=creates
-        ) as conn:
-            if spec.type == "pl-do":
-                return ok_json({"result": await run_do(conn, spec.statement, args)})
-            if spec.type == "sql":
-                values = [args.get(p) for p in spec.properties]
-                sql, names, status = spec.sql, spec.properties, write
-            else:
-                await create_function(conn, spec.statement, write=write)
-                sql, values, names, status = plcode.call_function(), [json.dumps(args)], [], False
-            rows = await fetch_rows(
-                conn, sql, values, names, limit=limit, max_bytes=max_bytes, status=status
-            )
-            _same_shape(rows, described, spec.name)  # before a write tool commits
-            if creates and write:  # committed, the function would outlive the call
-                await conn.execute(plcode.DROP_FUNCTION)
-        rows = _decoded(rows)
+        try:
+            got = await once(app, args)
+        except _FunctionLost:
+            got = await once(app, args)
+        if spec.type == "pl-do":
+            return ok_json({"result": got})
+        rows = _decoded(got)
         if spec.type == "pl-func" and not spec.returns_set:
             first = rows.rows[0] if rows.rows else {}
             value = next(iter(first.values())) if len(first) == 1 else (first or None)
@@ -269,36 +334,47 @@ def tool(spec: ToolSpec, described: Described | None, settings: Settings, path: 
     return made
 
 
-def _completer(sql: str | None) -> Callable[[AppContext, str], Awaitable[Names]] | None:
+def _completer(
+    sql: str | None, checked: Checked | None
+) -> Callable[[AppContext, str], Awaitable[Names]] | None:
     if sql is None:
         return None
 
     async def lookup(app: AppContext, value: str) -> Names:
         refused = "Completion queries run read-only."
+        text = _checked(sql, checked)
+        path = checked.path(sql) if checked else None
         async with transaction(app.db, None, write=False, refused=refused) as conn:
-            return await complete(conn, sql, value)
+            return await complete(conn, text, value, path)
 
     return lookup
 
 
-def _argument(spec: ArgumentSpec) -> Argument:
+def _argument(spec: ArgumentSpec, checked: Checked | None) -> Argument:
     return Argument(
-        spec.name, spec.description, required=spec.required, complete=_completer(spec.completion)
+        spec.name,
+        spec.description,
+        required=spec.required,
+        complete=_completer(spec.completion, checked),
     )
 
 
-def _reader(spec: ResourceSpec) -> Callable[[Request, list[Any]], Awaitable[Content]]:
+def _reader(
+    spec: ResourceSpec, checked: Checked | None
+) -> Callable[[Request, list[Any]], Awaitable[Content]]:
     async def read(request: Request, values: list[Any]) -> Content:
         settings = request.app.settings.server
         refused = "Resources always run read-only."
+        sql = _checked(spec.sql, checked)
         async with transaction(request.app.db, None, write=False, refused=refused) as conn:
             rows = await fetch_rows(
                 conn,
-                spec.sql,
+                sql,
                 values,
                 [p.name for p in spec.parameters],
                 limit=settings.max_rows,
                 max_bytes=settings.max_result_bytes,
+                path=checked.path(spec.sql) if checked else None,
             )
         meta = {"truncated": True, "note": "; ".join(rows.notes)} if rows.has_more else None
         if spec.mime_type == JSON:
@@ -308,7 +384,7 @@ def _reader(spec: ResourceSpec) -> Callable[[Request, list[Any]], Awaitable[Cont
     return read
 
 
-def resource(spec: ResourceSpec) -> ResourceDef | TemplateDef:
+def resource(spec: ResourceSpec, checked: Checked | None) -> ResourceDef | TemplateDef:
     title = spec.title or spec.name
     if spec.type == "static":
         text = spec.data if isinstance(spec.data, str) and spec.mime_type != JSON else None
@@ -318,7 +394,7 @@ def resource(spec: ResourceSpec) -> ResourceDef | TemplateDef:
             return data
 
         return ResourceDef(spec.uri, spec.name, title, spec.description, constant, spec.mime_type)
-    read = _reader(spec)
+    read = _reader(spec, checked)
     if not spec.is_template:
         return ResourceDef(
             spec.uri,
@@ -334,7 +410,7 @@ def resource(spec: ResourceSpec) -> ResourceDef | TemplateDef:
         spec.name,
         title,
         spec.description,
-        [_argument(p) for p in spec.parameters],
+        [_argument(p, checked) for p in spec.parameters],
         lambda request, values: read(request, [values.get(n) for n in order]),
         spec.mime_type,
     )
@@ -344,7 +420,7 @@ def _filled(text: str, values: dict[str, str]) -> str:
     return PLACEHOLDER.sub(lambda m: values.get(m.group(1), ""), text)
 
 
-def prompt(spec: PromptSpec) -> PromptDef:
+def prompt(spec: PromptSpec, checked: Checked | None) -> PromptDef:
     booleans = [a.name for a in spec.arguments if a.boolean]
 
     async def render(request: Request, values: dict[str, str]) -> list[PromptMessage]:
@@ -369,7 +445,7 @@ def prompt(spec: PromptSpec) -> PromptDef:
         spec.name,
         spec.title or spec.name,
         spec.description,
-        [_argument(a) for a in spec.arguments],
+        [_argument(a, checked) for a in spec.arguments],
         render,
     )
 
@@ -388,16 +464,13 @@ async def _embedded(request: Request, uri: str) -> EmbeddedResource:
     )
 
 
-def build(defs: Definitions, described: dict[str, Described] | None, settings: Settings) -> Loaded:
-    made = [resource(r) for r in defs.resources]
+def build(defs: Definitions, checked: Checked | None, settings: Settings) -> Loaded:
+    made = [resource(r, checked) for r in defs.resources]
     return Loaded(
         path=defs.path,
-        tools={
-            t.name: tool(t, (described or {}).get(f"tool {t.name}"), settings, defs.path)
-            for t in defs.tools
-        },
+        tools={t.name: tool(t, checked, settings, defs.path) for t in defs.tools},
         resources=[r for r in made if isinstance(r, ResourceDef)],
         templates=[r for r in made if isinstance(r, TemplateDef)],
-        prompts=[prompt(p) for p in defs.prompts],
-        checked=described is not None,
+        prompts=[prompt(p, checked) for p in defs.prompts],
+        checked=checked is not None,
     )

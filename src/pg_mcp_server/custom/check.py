@@ -1,20 +1,32 @@
 """Check every definition's SQL against the live database at start (and at each reload), so
 that a typo or a missing table fails then, naming the definition, not at the first call.
 
-Each statement is prepared (parsed, analysed and described by PostgreSQL, never executed) in
-a transaction that is rolled back; a pl-func tool's temporary function is created and its call
+Each statement is first qualified (custom/resolve.py: what it names outside pg_catalog gets
+its schema, so that it can run under `search_path = pg_catalog, pg_temp`), then prepared
+(parsed, analysed and described by PostgreSQL, never executed) under that path in a
+transaction that is rolled back; a pl-func tool's temporary function is created and its call
 described the same way (which also compiles its body where the language's validator does).
 What the descriptions say (parameter and result types) gives the tools their output schemas.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 
 from pg_mcp_server.custom import plcode
+from pg_mcp_server.custom.resolve import (
+    SET_PATH,
+    SET_RESTRICTED,
+    Invalid,
+    Refused,
+    pl_path,
+    resolve,
+    trusted_roles,
+)
 from pg_mcp_server.custom.runner import Column, duplicated
 from pg_mcp_server.custom.specs import (
     Definitions,
@@ -25,6 +37,8 @@ from pg_mcp_server.custom.specs import (
 )
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.pinned import pin
+
+logger = logging.getLogger(__name__)
 
 # Languages code may be written in (C and internal functions are not code of the file).
 LANGUAGES = (
@@ -39,21 +53,44 @@ class Described:
     columns: list[Column]
 
 
+@dataclass
+class Checked:
+    """What the check learnt: each definition's description (keyed `tool <name>`), each
+    custom statement as it runs (qualified, for the restricted path), and the path PL code
+    runs on."""
+
+    described: dict[str, Described] = field(default_factory=dict)
+    sql: dict[str, str] = field(default_factory=dict)
+    pinned: set[str] = field(default_factory=set)  # (originals) every name qualified
+    pl_path: str = "pg_catalog, pg_temp"
+
+    def path(self, sql: str) -> str | None:
+        """The path `sql` runs on once prepared: the PL path when nothing in it depends on
+        the path (what it calls then finds what it finds when others call it), else None:
+        it stays on the restricted one."""
+        return self.pl_path if sql in self.pinned else None
+
+
 class _Bad(Exception):
     pass
 
 
-def _message(exc: asyncpg.PostgresError, sql: str | None = None) -> str:
+def _message(exc: asyncpg.PostgresError, sql: str | None = None, at: int | None = None) -> str:
+    """PostgreSQL's error, with the line of `sql` it points at (`at`, 0-based, when the
+    error's own position is in another text)."""
     text = exc.message or type(exc).__name__
     position = getattr(exc, "position", None)
-    if sql is not None and position and str(position).isdigit():
-        text += f" (line {sql[: int(position) - 1].count(chr(10)) + 1} of the sql)"
+    if at is None and position and str(position).isdigit():
+        at = int(position) - 1
+    if sql is not None and at is not None:
+        text += f" (line {sql[:at].count(chr(10)) + 1} of the sql)"
     hint = getattr(exc, "hint", None)
     return text + (f"; hint: {hint}" if hint else "")
 
 
 async def _describe(conn: asyncpg.Connection, sql: str, what: str) -> Described:
-    await conn.execute("BEGIN READ ONLY")
+    # Under the path it runs on: the driver looks a result's unknown types up on it too.
+    await conn.execute(f"BEGIN READ ONLY; {SET_RESTRICTED}")
     try:
         stmt = await conn.prepare(sql)
     except asyncpg.PostgresError as exc:
@@ -64,11 +101,13 @@ async def _describe(conn: asyncpg.Connection, sql: str, what: str) -> Described:
     return Described(len(stmt.get_parameters()), columns)
 
 
-async def _describe_function(conn: asyncpg.Connection, tool: ToolSpec) -> Described:
-    await conn.execute("BEGIN READ WRITE")
+async def _describe_function(conn: asyncpg.Connection, tool: ToolSpec, path: str) -> Described:
+    await conn.execute(f"BEGIN READ WRITE; {SET_RESTRICTED}")
     try:
+        await conn.fetchval(SET_PATH, path)  # the body's path (SET search_path FROM CURRENT)
         await conn.execute(tool.statement)
-        stmt = await conn.prepare(plcode.call_function())
+        await conn.execute(SET_RESTRICTED)
+        stmt = await conn.prepare(plcode.call_function(tool.function))
     except asyncpg.PostgresError as exc:
         raise _Bad(f"code: {_message(exc)}") from None
     finally:
@@ -83,13 +122,42 @@ def _distinct(described: Described) -> None:
 
 
 class _Checker:
-    def __init__(self, defs: Definitions, conn: asyncpg.Connection) -> None:
+    def __init__(
+        self, defs: Definitions, conn: asyncpg.Connection, trusted: list[int], path: str
+    ) -> None:
         self.defs = defs
         self.conn = conn
+        self.trusted = trusted
         self.problems: list[str] = []
-        self.described: dict[str, Described] = {}
+        self.where = Where("file", 0, 1)  # the definition being checked (run)
+        self.checked = Checked(pl_path=path)
+        self.described = self.checked.described
+
+    async def statement(self, sql: str, what: str) -> Described:
+        """`sql` qualified (kept for running) and described under the restricted path."""
+        try:
+            resolved = await resolve(self.conn, sql, self.trusted)
+        except Refused as exc:
+            raise _Bad(f"{what}: {exc}") from None
+        except Invalid as invalid:
+            raise _Bad(f"{what}: {_message(invalid.error, sql, invalid.position)}") from None
+        except asyncpg.PostgresError as exc:
+            raise _Bad(f"{what}: {_message(exc)}") from None
+        for ignored in resolved.ignored:
+            logger.warning(
+                "custom definitions: %s resolves to %s, whose name is pg_catalog's and whose "
+                "owner is not trusted (what a planted object looks like); pg_catalog's is used",
+                self.defs.problem(self.where, what),
+                ignored,
+            )
+        described = await _describe(self.conn, resolved.sql, what)
+        self.checked.sql[sql] = resolved.sql
+        if resolved.pinned:
+            self.checked.pinned.add(sql)
+        return described
 
     async def run(self, where: Where, check: Awaitable[None]) -> None:
+        self.where = where
         try:
             await check
         except _Bad as bad:
@@ -106,20 +174,20 @@ class _Checker:
         if tool.type == "pl-do":
             return  # a DO block cannot be described without running it
         if tool.type == "sql":
-            described = await _describe(self.conn, tool.sql, "sql")
+            described = await self.statement(tool.sql, "sql")
             if described.parameters > len(tool.properties):
                 raise _Bad(
                     f"sql uses ${described.parameters} but input_schema has "
                     f"{len(tool.properties)} properties to bind ($1, $2, ... in order)"
                 )
         else:
-            described = await _describe_function(self.conn, tool)
+            described = await _describe_function(self.conn, tool, self.checked.pl_path)
         _distinct(described)
         self.described[f"tool {tool.name}"] = described
 
     async def resource(self, resource: ResourceSpec) -> None:
         if resource.type == "sql":
-            described = await _describe(self.conn, resource.sql, "sql")
+            described = await self.statement(resource.sql, "sql")
             bound = len(resource.parameters)
             if described.parameters > bound:
                 raise _Bad(
@@ -133,7 +201,7 @@ class _Checker:
     async def completion(self, argument: str, sql: str | None) -> None:
         if sql is None:
             return
-        described = await _describe(self.conn, sql, f"argument {argument}: completion")
+        described = await self.statement(sql, f"argument {argument}: completion")
         if len(described.columns) != 1 or described.parameters > 1:
             raise _Bad(
                 f"argument {argument}: completion must return one column and use at most $1 "
@@ -141,12 +209,13 @@ class _Checker:
             )
 
 
-async def check(defs: Definitions, db: Database) -> dict[str, Described]:
-    """What PostgreSQL says about each definition's SQL, keyed `tool <name>`; raises
-    DefinitionsError listing every definition it refuses, and the pool's PgMcpError when the
-    database cannot be reached."""
+async def check(defs: Definitions, db: Database, trusted: list[str] | None = None) -> Checked:
+    """What PostgreSQL says about each definition's SQL; raises DefinitionsError listing
+    every definition it refuses, and the pool's PgMcpError when the database cannot be
+    reached. `trusted`: MCP_TRUSTED_ROLES (see resolve.py)."""
     async with db.session() as conn:
-        checker = _Checker(defs, conn)
+        roles = await trusted_roles(conn, list(trusted or ()))
+        checker = _Checker(defs, conn, roles, await pl_path(conn))
         languages = {r[0] for r in await conn.fetch(pin(LANGUAGES))}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
         available = {r[0] for r in await conn.fetch(pin(AVAILABLE), wanted)} if wanted else set()
@@ -161,4 +230,4 @@ async def check(defs: Definitions, db: Database) -> dict[str, Described]:
                 )
     if checker.problems:
         raise DefinitionsError(checker.problems)
-    return checker.described
+    return checker.checked

@@ -418,6 +418,7 @@ class _Loader:
             returns=returns,
             returns_set=returns_set,
             statement=statement,
+            function=plcode.function_name(language, returns, code) if kind == "pl-func" else "",
             timeout_ms=timeout_ms,
             allow_writes=entry.flag("allow_writes"),
         )

@@ -4,7 +4,10 @@ A DO block takes no parameters, so a pl-do tool's arguments travel as JSON in th
 `mcp.tool_args` setting (set with a bound parameter, never spliced into code), and its result
 comes back through `mcp.tool_result`, read in the same transaction. The code gets `args` (and
 `result` in PL/pgSQL, `mcp_return(result)` elsewhere) from a few lines written around it here.
-A pl-func tool is a temporary function `pg_temp.mcp_tool(args jsonb) RETURNS <returns>`.
+A pl-func tool is a temporary function `pg_temp.mcp_tool_<digest>(args jsonb) RETURNS
+<returns>` (the digest of its language, return type and code, so that each tool, and each
+version of a tool after a reload, has its own), with `SET search_path FROM CURRENT`: its body
+runs on the path set when it is created (custom/resolve.py's PL path), whatever path calls it.
 
 The operator's code is trusted (it is their file), but the statement around it is checked: it
 is built with a dollar-quote tag the code does not contain, then parsed with PostgreSQL's own
@@ -14,12 +17,13 @@ the code, language and function name given (so `returns` or `language` cannot ad
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import pglast
 from pglast import ast
 
-FUNCTION = "mcp_tool"  # in pg_temp; created and dropped (rolled back) by every call
+FUNCTION = "mcp_tool"  # in pg_temp, with a digest (function_name)
 ARGS_SETTING = "mcp.tool_args"
 RESULT_SETTING = "mcp.tool_result"
 READ_ARGS = f"SELECT pg_catalog.current_setting('{ARGS_SETTING}') AS a"
@@ -167,22 +171,34 @@ def _terminated(code: str) -> str:
     return code if code.endswith(";") else code + ";"
 
 
+def function_name(language: str, returns: str, code: str) -> str:
+    """A pl-func tool's function name (in pg_temp): the same for the same code."""
+    digest = hashlib.sha256("\0".join((language, returns, code)).encode()).hexdigest()
+    return f"{FUNCTION}_{digest[:16]}"
+
+
 def create_function(language: str, returns: str, code: str) -> str:
     """The CREATE FUNCTION statement of a pl-func tool."""
     convention = CONVENTIONS.get(language, _PLAIN)
     body = convention.func_prelude + code
+    name = function_name(language, returns, code)
     sql = (
-        f"CREATE FUNCTION pg_temp.{FUNCTION}({convention.func_param} jsonb) RETURNS {returns}\n"
-        f"LANGUAGE {language} AS {_quoted(body)}"
+        f"CREATE OR REPLACE FUNCTION pg_temp.{name}({convention.func_param} jsonb) "
+        f"RETURNS {returns}\n"
+        f"LANGUAGE {language} SET search_path FROM CURRENT AS {_quoted(body)}"
     )
     stmt = _one(sql, ast.CreateFunctionStmt)
     assert isinstance(stmt, ast.CreateFunctionStmt)
     names = [n.sval for n in stmt.funcname or () if isinstance(n, ast.String)]
     params = list(stmt.parameters or ())
+    setting = next((o.arg for o in stmt.options or () if o.defname == "set"), None)
     if (
-        names != ["pg_temp", FUNCTION]
+        names != ["pg_temp", name]
         or stmt.is_procedure
-        or _options(stmt.options) != {"language": language, "as": [body]}
+        or _options(stmt.options) != {"language": language, "set": None, "as": [body]}
+        or not isinstance(setting, ast.VariableSetStmt)
+        or setting.kind != pglast.enums.VariableSetKind.VAR_SET_CURRENT
+        or setting.name != "search_path"
         or not params
         or params[0].name != convention.func_param
         or any(p.mode != pglast.enums.FunctionParameterMode.FUNC_PARAM_TABLE for p in params[1:])
@@ -202,11 +218,12 @@ def returns_set(returns: str) -> bool:
     return table or bool(stmt.returnType is not None and stmt.returnType.setof)
 
 
-def call_function() -> str:
-    return f"SELECT * FROM pg_temp.{FUNCTION}($1::pg_catalog.jsonb)"
+def call_function(name: str) -> str:
+    return f"SELECT * FROM pg_temp.{name}($1::pg_catalog.jsonb)"
 
 
-DROP_FUNCTION = f"DROP FUNCTION pg_temp.{FUNCTION}(pg_catalog.jsonb)"
+def drop_function(name: str) -> str:
+    return f"DROP FUNCTION pg_temp.{name}(pg_catalog.jsonb)"
 
 
 def check_plpgsql(code: str) -> None:

@@ -59,7 +59,7 @@ async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Da
     definition is refused. An unreachable database skips the check (logged)."""
     defs = load(path, settings.server, reserved)
     try:
-        described = await check(defs, db)
+        checked = await check(defs, db, settings.server.trusted_roles)
     except DatabaseConnectionError as exc:
         logger.warning(
             "custom definitions in %s not checked against the database (%s); serving them "
@@ -67,8 +67,8 @@ async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Da
             path,
             exc.message,
         )
-        described = None
-    return build(defs, described, settings)
+        checked = None
+    return build(defs, checked, settings)
 
 
 async def check_file(settings: Settings, reserved: Reserved) -> None:

@@ -5,6 +5,16 @@ guard; they always run in a transaction of their own on a pooled connection: `BE
 with the tool's statement timeout (never above the server's), rolled back, unless the
 definition asks for writes AND the operator allows them (`MCP_ALLOW_WRITE_TOOLS`): then
 `BEGIN READ WRITE` and COMMIT. Arguments are always bound as parameters, never spliced in.
+Every transaction runs under `search_path = pg_catalog, pg_temp` (set in the BEGIN's own
+message: no round trip more), the path the statements were qualified for at the check
+(custom/resolve.py), on which neither they nor the driver's own type lookups can reach a
+planted object; PL code gets its own fixed path (resolve.PL_PATH).
+
+A read-only pl-func tool's function is created once per pooled session, the first time the
+tool runs there, in a short read-write transaction of its own that commits; every call is
+then a read-only transaction that calls it, so a call assigns no transaction ID and fires
+no DDL event trigger. A write tool, and every tool behind a transaction-mode pooler (where
+no session state lasts past a transaction), creates it in the call's own transaction.
 
 Engine APIs relied on: `Database.session()` (a pooled session outside any transaction,
 rolled back and reset when released), `Database.timeout_ms()`, `params.bind()`,
@@ -14,7 +24,8 @@ and `values.type_name()`; values become JSON in custom/jsonvalues.py.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +34,7 @@ import asyncpg
 
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.jsonvalues import to_json
+from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.names import MAX_VALUES, Names
 from pg_mcp_server.database.params import bind
@@ -73,17 +85,28 @@ class Rows:
 
 @asynccontextmanager
 async def transaction(
-    db: Database, timeout_ms: int | None, *, write: bool, refused: str, creates: bool = False
+    db: Database,
+    timeout_ms: int | None,
+    *,
+    write: bool,
+    refused: str,
+    creates: bool = False,
+    before: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
 ) -> AsyncIterator[asyncpg.Connection]:
     """A connection inside a transaction of our own: read-only and rolled back, or (`write`)
     read-write and committed when the block succeeds. `creates`: read-write, to create a
-    temporary function, yet rolled back (see create_function). `refused`: the suggestion that
-    goes with a write PostgreSQL refused in a read-only transaction."""
+    temporary function, yet rolled back (see create_function). `before(conn)` runs on the
+    session before the transaction begins. `refused`: the suggestion that goes with a write
+    PostgreSQL refused in a read-only transaction."""
     ms = db.timeout_ms(timeout_ms)
     mode = "READ WRITE" if write or creates else "READ ONLY"
     try:
         async with db.session() as conn:
-            await conn.execute(f"BEGIN {mode}; SET LOCAL statement_timeout = {int(ms)}")
+            if before is not None:
+                await before(conn)
+            await conn.execute(
+                f"BEGIN {mode}; SET LOCAL statement_timeout = {int(ms)}; {SET_RESTRICTED}"
+            )
             try:
                 yield conn
                 if write:
@@ -147,10 +170,12 @@ async def fetch_rows(
     limit: int,
     max_bytes: int,
     status: bool = False,
+    path: str | None = None,
 ) -> Rows:
     """At most `limit` rows (and `max_bytes` of row JSON) of `sql`, with has_more. `status`:
-    run the whole statement (a write) and report its command tag."""
-    stmt = await conn.prepare(sql)
+    run the whole statement (a write) and report its command tag. `path`: the search path
+    it runs on once prepared (see _prepare)."""
+    stmt = await _prepare(conn, sql, path)
     args = _bound(stmt, values, names)
     columns = [Column(a.name, a.type) for a in stmt.get_attributes()]
     twice = duplicated([c.name for c in columns])
@@ -168,6 +193,19 @@ async def fetch_rows(
         records = await cursor.fetch(limit + 1)
     rows = [dict(zip([c.name for c in columns], _values(r), strict=True)) for r in records]
     return _bounded(Rows(columns, rows, status=tag), limit, max_bytes)
+
+
+async def _prepare(
+    conn: asyncpg.Connection, sql: str, path: str | None
+) -> asyncpg.prepared_stmt.PreparedStatement:
+    """`sql` prepared on the restricted path (the driver looks the result's unknown types up
+    while preparing, with its own unqualified SQL), then, with `path`, that path set for
+    running it: `sql` names everything qualified (custom/check.py), so only the functions
+    it calls see the path, as they would for any caller."""
+    stmt = await conn.prepare(sql)
+    if path is not None:
+        await conn.fetchval(SET_PATH, path)
+    return stmt
 
 
 def duplicated(names: Sequence[str]) -> str | None:
@@ -194,16 +232,19 @@ def _bounded(result: Rows, limit: int, max_bytes: int) -> Rows:
     return result
 
 
-async def run_do(conn: asyncpg.Connection, block: str, args: dict[str, Any]) -> Any:
-    """A pl-do tool's DO `block` run with `args`: its result (JSON when it is JSON text, else
-    the text; None if unset)."""
+async def run_do(conn: asyncpg.Connection, block: str, args: dict[str, Any], path: str) -> Any:
+    """A pl-do tool's DO `block` run with `args` on the PL `path`: its result (JSON when it
+    is JSON text, else the text; None if unset)."""
     await conn.execute(
-        "SELECT pg_catalog.set_config($1, $2, true), pg_catalog.set_config($3, '', true)",
+        "SELECT pg_catalog.set_config($1, $2, true), pg_catalog.set_config($3, '', true), "
+        "pg_catalog.set_config('search_path', $4, true)",
         plcode.ARGS_SETTING,
         json.dumps(args),
         plcode.RESULT_SETTING,
+        path,
     )
     await conn.execute(block)
+    await conn.execute(SET_RESTRICTED)
     text = await conn.fetchval("SELECT pg_catalog.current_setting($1, true)", plcode.RESULT_SETTING)
     if not text:
         return None
@@ -213,15 +254,45 @@ async def run_do(conn: asyncpg.Connection, block: str, args: dict[str, Any]) -> 
         return text
 
 
-async def create_function(conn: asyncpg.Connection, create: str, *, write: bool) -> None:
-    """Create a pl-func tool's temporary function (`create`: its CREATE FUNCTION), to be
-    called (`plcode.call_function()`, through fetch_rows) in the same transaction, whose
-    rollback drops it. A read-only tool's transaction turns read-only once the function
-    exists (PostgreSQL allows that switch at any point, never the other way), so the code
-    itself cannot write."""
+async def create_function(conn: asyncpg.Connection, create: str, path: str, *, write: bool) -> None:
+    """Create a pl-func tool's temporary function (`create`: its CREATE FUNCTION, whose body
+    keeps the PL `path`), to be called (`plcode.call_function()`, through fetch_rows) in the
+    same transaction, whose rollback drops it. A read-only tool's transaction turns read-only
+    once the function exists (PostgreSQL allows that switch at any point, never the other
+    way), so the code itself cannot write."""
+    await conn.fetchval(SET_PATH, path)
     await conn.execute(create)
+    await conn.execute(SET_RESTRICTED)
     if not write:
         await conn.execute("SET TRANSACTION READ ONLY")
+
+
+class SessionFunctions:
+    """A read-only pl-func tool's function, created once on each pooled session that runs it
+    and kept there (a temporary function lasts as long as its session)."""
+
+    def __init__(self, create: str, path: str) -> None:
+        self.create = create
+        self.path = path
+        self._made: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
+
+    async def ensure(self, conn: asyncpg.Connection) -> None:
+        """On `conn`, outside any transaction: the function, created if it is not there."""
+        if conn in self._made:
+            return
+        await conn.execute(f"BEGIN READ WRITE; {SET_RESTRICTED}")
+        try:
+            await conn.fetchval(SET_PATH, self.path)
+            await conn.execute(self.create)
+        except BaseException:
+            await conn.execute("ROLLBACK")
+            raise
+        await conn.execute("COMMIT")
+        self._made.add(conn)
+
+    def lost(self, conn: asyncpg.Connection) -> None:
+        """The session no longer has it (something discarded its temporary objects)."""
+        self._made.discard(conn)
 
 
 def tsv(rows: Rows) -> str:
@@ -248,10 +319,12 @@ def _cell(value: Any) -> str:
     return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
-async def complete(conn: asyncpg.Connection, sql: str, value: str) -> Names:
+async def complete(
+    conn: asyncpg.Connection, sql: str, value: str, path: str | None = None
+) -> Names:
     """The first MAX_VALUES values of a completion query: `$1` is what was typed so far (a
-    query without $1 is filtered here, by prefix, ignoring case)."""
-    stmt = await conn.prepare(sql)
+    query without $1 is filtered here, by prefix, ignoring case). `path`: see fetch_rows."""
+    stmt = await _prepare(conn, sql, path)
     filtered = bool(stmt.get_parameters())
     cursor = await stmt.cursor(*bind([value], stmt.get_parameters()) if filtered else ())
     records = await cursor.fetch(MAX_VALUES + 1 if filtered else _COMPLETION_SCAN)

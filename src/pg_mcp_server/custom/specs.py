@@ -96,6 +96,7 @@ class ToolSpec:
     returns: str = ""
     returns_set: bool = False  # pl-func: SETOF or TABLE(...), so rows rather than one value
     statement: str = ""  # pl-do: the DO block; pl-func: the CREATE FUNCTION (plcode.py)
+    function: str = ""  # pl-func: its function's name in pg_temp (plcode.function_name)
     timeout_ms: int | None = None
     allow_writes: bool = False  # what the file asks; writes need MCP_ALLOW_WRITE_TOOLS too
 

@@ -23,14 +23,19 @@ a few hundred for describe_table's (pglast's parse trees and printer are Python)
 pinned once, on first use, and kept: per call it costs one dict lookup.
 Identifiers of tables and columns are left alone: our statements name relations with their
 schema, and a column cannot be planted.
+
+SQL we did not write (custom definitions) goes through `qualify` instead: it names, with the
+schema PostgreSQL resolved them to, only the names that live outside pg_catalog, and runs
+under `search_path = pg_catalog, pg_temp`, where every other name can only be pg_catalog's
+(see custom/resolve.py); the constructs pin() must spell out stay as written.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
 
 from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
@@ -50,10 +55,11 @@ class UnpinnableSqlError(ValueError):
 
 
 @functools.cache
-def pin(sql: str) -> str:
+def pin(sql: str, *, qualified: bool = False) -> str:
     """`sql` (one or more statements) with every function, operator, type and collation
     looked up in pg_catalog whatever the search path holds. Cached: call it where the
-    statement is sent."""
+    statement is sent. `qualified`: names already qualified with another schema count as
+    pinned (custom SQL, once `qualify` has named their schemas); ours use pg_catalog only."""
     tree = parse_sql(sql)
     for raw in tree:
         raw.stmt = _pin(raw.stmt)
@@ -61,7 +67,7 @@ def pin(sql: str) -> str:
     again = parse_sql(text)
     if not _same(again, tree):
         raise UnpinnableSqlError(f"pglast does not deparse the pinned statement faithfully: {text}")
-    left = _left(again)
+    left = _left(again, qualified)
     if left:
         raise UnpinnableSqlError(f"left unpinned: {', '.join(left)}")
     return text
@@ -73,6 +79,85 @@ def pin_tree(node: Any) -> Any:
     statement in afterwards, or its names would be pinned too. Nothing checks the printed
     text here: the tests run the constructs it builds (test_pinned_traps)."""
     return _pin(node)
+
+
+Kind = Literal["function", "operator", "type", "relation"]
+
+
+def qualify(sql: str, schema_of: Callable[[Kind, str], str | None]) -> str:
+    """`sql` (one statement) with each unqualified function, operator, type and relation name
+    qualified with the schema `schema_of(kind, name)` gives (None: left as written). A name
+    that refers to a CTE of the statement is never asked about. Operators are qualified
+    where SQL can write them qualified (`a OPERATOR(s.=) b`, `= ANY`, `IN (SELECT ...)`);
+    the other constructs keep their unqualified operator. The printed text must parse back
+    to the same tree, or UnpinnableSqlError."""
+    tree = parse_sql(sql)
+    ctes = {str(node.ctename) for node in _nodes(tree) if isinstance(node, ast.CommonTableExpr)}
+
+    def qualified(
+        kind: Kind, name: tuple[ast.String, ...] | None, default: str | None = None
+    ) -> tuple[ast.String, ...] | None:
+        if name is not None and len(name) != 1:
+            return name  # written qualified: the operator's choice
+        last = name[0].sval if name else default
+        schema = schema_of(kind, last) if last else None
+        return name if schema is None else (ast.String(schema), ast.String(last))
+
+    for node in _nodes(tree):
+        if isinstance(node, ast.FuncCall):
+            node.funcname = qualified("function", node.funcname)
+        elif isinstance(node, ast.TypeName):
+            node.names = qualified("type", node.names)
+        elif isinstance(node, ast.A_Expr) and node.kind in _PINNED_KINDS:
+            node.name = qualified("operator", node.name)
+        elif isinstance(node, ast.SubLink) and node.subLinkType in _ANY_ALL:
+            node.operName = qualified("operator", node.operName, "=") or node.operName
+        elif (
+            isinstance(node, ast.RangeVar)
+            and node.schemaname is None
+            and node.relname not in ctes
+            and (schema := schema_of("relation", str(node.relname))) is not None
+        ):
+            node.schemaname = schema
+    text: str = RawStream()(tree)
+    if not _same(parse_sql(text), tree):
+        raise UnpinnableSqlError(f"pglast does not print the qualified statement back: {text}")
+    return text
+
+
+def written_qualified(sql: str) -> set[tuple[Kind, str, str]]:
+    """(kind, schema, name) of each function, operator, type and relation `sql` names
+    qualified (the schemas its writer chose)."""
+    out: set[tuple[Kind, str, str]] = set()
+
+    def add(kind: Kind, name: tuple[ast.String, ...] | None) -> None:
+        if name is not None and len(name) == 2:
+            out.add((kind, str(name[0].sval), str(name[1].sval)))
+
+    for node in _nodes(parse_sql(sql)):
+        if isinstance(node, ast.FuncCall):
+            add("function", node.funcname)
+        elif isinstance(node, ast.TypeName):
+            add("type", node.names)
+        elif isinstance(node, ast.A_Expr):
+            add("operator", node.name)
+        elif isinstance(node, ast.SubLink):
+            add("operator", node.operName)
+        elif isinstance(node, ast.RangeVar) and node.schemaname is not None:
+            out.add(("relation", str(node.schemaname), str(node.relname)))
+    return out
+
+
+def unqualified_names(sql: str) -> set[tuple[Kind, str]]:
+    """(kind, name) of each function, operator, type and relation `sql` names unqualified
+    (a CTE's name aside): what `qualify` asks about."""
+    out: set[tuple[Kind, str]] = set()
+
+    def ask(kind: Kind, name: str) -> None:
+        out.add((kind, name))
+
+    qualify(sql, lambda kind, name: ask(kind, name))
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -100,8 +185,8 @@ def unpinned(sql: str) -> list[str]:
     return _left(tree)
 
 
-def _left(tree: Any) -> list[str]:
-    return sorted({found for node in _nodes(tree) if (found := _unpinned(node))})
+def _left(tree: Any, qualified: bool = False) -> list[str]:
+    return sorted({found for node in _nodes(tree) if (found := _unpinned(node, qualified))})
 
 
 def _nodes(node: Any) -> Iterator[ast.Node]:
@@ -122,8 +207,13 @@ _ANY_ALL = (
 )
 
 
-def _unpinned(node: ast.Node) -> str | None:
-    """What `node` has PostgreSQL look up by name on the search path, if anything."""
+def _unpinned(node: ast.Node, qualified: bool = False) -> str | None:
+    """What `node` has PostgreSQL look up by name on the search path, if anything
+    (`qualified`: a name qualified with any schema is not)."""
+
+    def _ours(name: tuple[ast.String, ...] | None) -> bool:
+        return name is not None and len(name) == 2 and (qualified or name[0].sval == CATALOG)
+
     if isinstance(node, ast.FuncCall) and not _ours(node.funcname):
         return f"function {_dotted(node.funcname)}"
     if isinstance(node, ast.TypeName) and not _ours(node.names):
@@ -145,10 +235,6 @@ def _unpinned(node: ast.Node) -> str | None:
     if isinstance(node, ast.RangeTableSample) and not _ours(node.method):
         return f"tablesample method {_dotted(node.method)}"
     return None
-
-
-def _ours(name: tuple[ast.String, ...] | None) -> bool:
-    return name is not None and len(name) == 2 and name[0].sval == CATALOG
 
 
 def _dotted(name: tuple[ast.String, ...] | None) -> str:
