@@ -131,6 +131,35 @@ async def test_a_statement_left_prepared_discards_the_session(low_role: str) -> 
         await db.dispose()
 
 
+@pytest.mark.parametrize(
+    "leave",
+    [
+        "CREATE TEMP TABLE orders (id int)",  # would shadow public.orders for the next caller
+        "CREATE TYPE pg_temp.mood AS ENUM ('x')",
+        "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+    ],
+    ids=["table", "type", "function"],
+)
+async def test_a_temporary_object_left_behind_discards_the_session(
+    low_role: str, leave: str
+) -> None:
+    """Temporary objects are not dropped by the reset (a custom pl-func tool's function is
+    kept, so that its read-only calls create nothing); any other one gets the session
+    replaced."""
+    db = _database(low_role)
+    try:
+        before = await _state(db)
+        async with db.read_only(explicit=True) as conn:
+            await conn.execute("COMMIT; BEGIN READ WRITE")  # a write, as a bypass would make
+            await conn.execute(leave)
+            await conn.execute("COMMIT; BEGIN READ ONLY")
+        after = await _state(db)
+        assert after["pid"] != before["pid"]
+        _first_state(after, str(before["session"]))
+    finally:
+        await db.dispose()
+
+
 CUSTOM = f"""
 tools:
   - name: take_lock

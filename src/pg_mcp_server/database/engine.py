@@ -65,16 +65,27 @@ _BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}; SAVEPOINT pg_mcp_
 # Before reuse, the session goes back to exactly the state it was set up in: the login role
 # and session authorization (RESET ALL leaves both alone, so a statement that ran
 # `set_config('role', ..., false)` would have every later call run as that role; DEFAULT is
-# allowed for any role and resets the role too), no session advisory lock, LISTEN, cursor,
-# temporary table or sequence state, every setting reset, then set up again. A session where
-# SQL-level PREPARE left a statement behind is refused (the guard never lets one through; this
-# is the backstop) and so discarded: DEALLOCATE ALL, like DISCARD ALL, would also drop the
-# driver's own prepared statements, which the statement cache relies on.
+# allowed for any role and resets the role too), no session advisory lock, LISTEN, cursor or
+# sequence state, every setting reset, then set up again. A session where SQL-level PREPARE
+# left a statement behind, or that holds a temporary object other than a custom pl-func
+# tool's function, is refused (the guard never lets either through; this is the backstop) and
+# so discarded. DEALLOCATE ALL, like DISCARD ALL, would also drop the driver's own prepared
+# statements, which the statement cache relies on; DISCARD TEMP would drop the pl-func
+# functions (`pg_temp.mcp_tool_*`, custom/plcode.py), which a session keeps so that a
+# read-only call creates nothing (no XID per call).
+_LEFT_BEHIND = """(
+    EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql)
+    OR EXISTS (SELECT FROM pg_catalog.pg_class
+               WHERE relnamespace = pg_catalog.pg_my_temp_schema())
+    OR EXISTS (SELECT FROM pg_catalog.pg_type
+               WHERE typnamespace = pg_catalog.pg_my_temp_schema())
+    OR EXISTS (SELECT FROM pg_catalog.pg_proc
+               WHERE pronamespace = pg_catalog.pg_my_temp_schema()
+                 AND NOT pg_catalog.starts_with(proname::pg_catalog.text, 'mcp_tool')))"""
 _RESET = (
     "SET SESSION AUTHORIZATION DEFAULT; "
-    "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
-    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); "
-    "CLOSE ALL; UNLISTEN *; DISCARD TEMP; DISCARD SEQUENCES; RESET ALL; " + _SESSION
+    f"SELECT 1 / (NOT {_LEFT_BEHIND})::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); "
+    "CLOSE ALL; UNLISTEN *; DISCARD SEQUENCES; RESET ALL; " + _SESSION
 )
 # Behind a transaction pooler the session is not ours to reset, and the next statement may
 # reach another server connection: what a statement could leave past its transaction is
