@@ -130,6 +130,7 @@ async def sample_rows(
             max_bytes=max_bytes,
             sensitive=sensitive,
             max_text=MAX_TEXT,
+            generation=guard.state.relations.generation,
         )
 
     got = await read(use_tablesample)
