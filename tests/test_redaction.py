@@ -23,6 +23,9 @@ INSERT INTO orders VALUES (10, 1, 5), (11, 2, 7);
 CREATE VIEW logins AS SELECT id, password_hash AS h FROM users;
 CREATE VIEW hashed AS SELECT id, password_hash::int AS n FROM users;
 CREATE VIEW names AS SELECT id, name FROM users;
+CREATE TABLE creds (id int, secret_key text);
+INSERT INTO creds SELECT g, 'hunter2' FROM generate_series(1, 50) g;
+ANALYZE creds;
 CREATE FOREIGN DATA WRAPPER dummy;
 CREATE SERVER remote FOREIGN DATA WRAPPER dummy OPTIONS (host 'db.example', password 'srvpw42');
 CREATE USER MAPPING FOR current_user SERVER remote OPTIONS (user 'u', password 'fdwpw42');
@@ -64,6 +67,11 @@ REDACTED_QUERIES = [
     ),
     ("user_mapping_catalog", "SELECT m.umoptions AS o FROM pg_user_mapping m", ["o"]),
     ("server_options", "SELECT srvoptions FROM pg_foreign_server", ["srvoptions"]),
+    (
+        "statistics",
+        "SELECT attname, to_json(most_common_vals) AS v FROM pg_stats WHERE tablename = 'creds'",
+        ["v"],
+    ),
     (
         "info_schema_options",
         "SELECT option_name, option_value FROM information_schema.user_mapping_options",
@@ -201,6 +209,23 @@ async def test_an_error_never_echoes_a_sensitive_value(rdsn: str) -> None:
         body = await call_error(client, "execute_query", sql="SELECT n FROM hashed")
     _clean(body)
     assert 'invalid input syntax for type integer: "[REDACTED]"' in body["error"]["message"]
+
+
+async def test_explain_is_no_oracle_and_its_errors_are_scrubbed(rdsn: str) -> None:
+    async with connect(rdsn) as client:
+        for analyze in (False, True):
+            body = await call_error(
+                client,
+                "explain_query",
+                sql="SELECT 1 FROM users WHERE password_hash LIKE 'h%'",
+                analyze=analyze,
+            )
+            assert body["error"]["context"]["rule"] == "sensitive_column"
+        body = await call_error(client, "explain_query", sql="SELECT n FROM hashed", analyze=True)
+        _clean(body)
+        assert '"[REDACTED]"' in body["error"]["message"]
+        out = await call(client, "explain_query", sql="SELECT * FROM users", analyze=True)
+    assert out["plan"]
 
 
 async def test_errors_of_ordinary_queries_keep_their_values(rdsn: str) -> None:

@@ -176,9 +176,9 @@ async def fetch_rows(
         row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
     except (asyncpg.PostgresError, _Changed) as exc:
         if isinstance(exc, asyncpg.PostgresError) and not _ours(exc):
-            scrubbed = _scrubbed(exc) if shape.reads_sensitive else None
-            if scrubbed is not None:
-                raise scrubbed from None
+            clean = scrubbed(exc) if shape.reads_sensitive else None
+            if clean is not None:
+                raise clean from None
             raise
         shapes.drop(sql)
         db.forget(wrapper)
@@ -207,16 +207,31 @@ async def _redaction(
     conn: asyncpg.Connection,
     facts: redaction.Facts,
     sql: str,
-    attributes: Sequence[Any],
+    attributes: Sequence[Any] | None,
     sensitive: re.Pattern[str] | None,
 ) -> redaction.Verdict:
     tree = sqltree.parse(sql)
     assert tree is not None  # the guard parsed it
     await facts.read(conn, tree)
-    return redaction.judge(tree, [a.name for a in attributes], sensitive, facts)
+    names = None if attributes is None else [a.name for a in attributes]
+    return redaction.judge(tree, names, sensitive, facts)
 
 
-def _scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:
+async def judge_hidden(
+    conn: asyncpg.Connection,
+    shapes: Shapes,
+    sql: str,
+    sensitive: re.Pattern[str] | None,
+    generation: int | None,
+) -> bool:
+    """For a statement whose rows are not shown (explain_query): refuse a use of a sensitive
+    value that the plan (row counts, an error) would tell; whether it reads one."""
+    shapes.facts.renew(generation)
+    verdict = await _redaction(conn, shapes.facts, sql, None, sensitive)
+    return verdict.reads_sensitive
+
+
+def scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:
     """The error of a statement that reads a sensitive source, without the values PostgreSQL
     quotes in it (`invalid input syntax for type integer: "<the value>"`) or its detail and
     hint, which may quote them too; None for errors that tell nothing of a value."""
@@ -224,10 +239,10 @@ def _scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:
     if mapped is None or isinstance(mapped, DatabaseConnectionError | QueryTimeoutError):
         return None
     context = {k: v for k, v in (mapped.context or {}).items() if k in ("sqlstate", "position")}
-    scrubbed: PgMcpError = type(mapped)(
+    clean: PgMcpError = type(mapped)(
         redaction.scrub(mapped.message), suggestion=mapped.suggestion, context=context or None
     )
-    return scrubbed
+    return clean
 
 
 class _Changed(Exception):

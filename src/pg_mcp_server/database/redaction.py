@@ -67,6 +67,16 @@ SETTINGS_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
     ("pg_catalog", "pg_settings"): frozenset({"setting", "reset_val", "boot_val"}),
     ("pg_catalog", "pg_file_settings"): frozenset({"setting"}),
 }
+# Planner statistics keep sample values of every column, sensitive ones too: with redaction
+# on, their value columns are sensitive (which column a row is about is not followed).
+_VALUES = frozenset({"most_common_vals", "histogram_bounds", "most_common_elems"})
+STATISTICS_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
+    ("pg_catalog", "pg_stats"): _VALUES,
+    ("pg_catalog", "pg_stats_ext"): frozenset({"most_common_vals"}),
+    ("pg_catalog", "pg_stats_ext_exprs"): _VALUES,
+    ("pg_catalog", "pg_statistic"): frozenset(f"stavalues{i}" for i in range(1, 6)),
+    ("pg_catalog", "pg_statistic_ext_data"): frozenset({"stxdmcv", "stxdexpr"}),
+}
 SETTINGS_FUNCTIONS = frozenset({"current_setting", "pg_show_all_settings", "pg_file_settings"})
 # Settings that hold credentials; a caller's current_setting('<other>') is harmless.
 CREDENTIAL_SETTINGS = frozenset({"primary_conninfo", "ssl_passphrase_command"})
@@ -636,10 +646,13 @@ class Analysis:
         rel = self.facts.relations.get((schema, relname))
         if rel is None:  # unknown here (PostgreSQL will say): nothing to follow
             return _Item(name, [], exact=False)
-        listed = (rel.schema, rel.name) in CREDENTIAL_COLUMNS.keys() | SETTINGS_COLUMNS.keys()
-        special = CREDENTIAL_COLUMNS.get((rel.schema, rel.name), frozenset())
+        key = (rel.schema, rel.name)
+        listed = any(key in m for m in (CREDENTIAL_COLUMNS, SETTINGS_COLUMNS, STATISTICS_COLUMNS))
+        special = CREDENTIAL_COLUMNS.get(key, frozenset())
         if self.facts.settings:
-            special = special | SETTINGS_COLUMNS.get((rel.schema, rel.name), frozenset())
+            special = special | SETTINGS_COLUMNS.get(key, frozenset())
+        if self.pattern is not None:
+            special = special | STATISTICS_COLUMNS.get(key, frozenset())
         # A listed catalog view's sensitive columns are those listed (pg_settings' name is
         # computed from a settings function, yet tells nothing).
         derived = self._view((schema, relname), rel) if rel.is_view and not listed else None
@@ -759,13 +772,18 @@ class Verdict:
 
 
 def judge(
-    tree: dict[str, Any], output_names: Sequence[str], pattern: re.Pattern[str] | None, facts: Facts
+    tree: dict[str, Any],
+    output_names: Sequence[str] | None,
+    pattern: re.Pattern[str] | None,
+    facts: Facts,
 ) -> Verdict:
     """The verdict for one SELECT (pglast JSON of the statement list) whose outputs
-    PostgreSQL described as `output_names`; raises SensitiveUseError for a use that would
-    tell a sensitive value."""
+    PostgreSQL described as `output_names` (None: outputs not shown, as under EXPLAIN);
+    raises SensitiveUseError for a use that would tell a sensitive value."""
     analysis = Analysis(pattern, facts)
     outs = analysis.select(tree["stmts"][0]["stmt"]["SelectStmt"])
+    if output_names is None:
+        return Verdict((), analysis.reads_sensitive or any(t for _, t in outs.columns))
     if outs.exact and len(outs.columns) == len(output_names):
         taint = [t for _, t in outs.columns]
     else:  # a star over something of unknown width: by name
