@@ -26,6 +26,8 @@ CREATE VIEW names AS SELECT id, name FROM users;
 CREATE TABLE creds (id int, secret_key text);
 INSERT INTO creds SELECT g, 'hunter2' FROM generate_series(1, 50) g;
 ANALYZE creds;
+CREATE FUNCTION all_users() RETURNS SETOF users STABLE LANGUAGE sql
+    AS 'SELECT * FROM users';
 CREATE FOREIGN DATA WRAPPER dummy;
 CREATE SERVER remote FOREIGN DATA WRAPPER dummy OPTIONS (host 'db.example', password 'srvpw42');
 CREATE USER MAPPING FOR current_user SERVER remote OPTIONS (user 'u', password 'fdwpw42');
@@ -56,8 +58,17 @@ REDACTED_QUERIES = [
     ("row_constructor", "SELECT ROW(u.*) AS r FROM users u ORDER BY id", ["r"]),
     ("json_object", "SELECT json_build_object('k', password_hash) AS j FROM users", ["j"]),
     ("scalar_subquery", "SELECT (SELECT password_hash FROM users WHERE id = 1) AS q", ["q"]),
+    ("row_field", "SELECT (u).password_hash AS p FROM users u", ["p"]),
+    ("case_branch", "SELECT CASE WHEN id = 1 THEN password_hash END AS c FROM users", ["c"]),
     ("coalesce", "SELECT coalesce(password_hash, 'none') AS c FROM users", ["c"]),
     ("union_all", "SELECT name FROM users UNION ALL SELECT password_hash FROM users", ["name"]),
+    ("function_row", "SELECT row_to_json(f) AS j FROM all_users() f", ["j"]),
+    ("function_star", "SELECT * FROM all_users() ORDER BY id", ["password_hash"]),
+    (
+        "function_subquery",
+        "SELECT to_json(t) AS j FROM (SELECT * FROM all_users()) t",
+        ["j"],
+    ),
     ("view_rename", "SELECT h FROM logins ORDER BY id", ["h"]),
     ("view_star", "SELECT * FROM logins ORDER BY id", ["h"]),
     (
@@ -126,6 +137,14 @@ ORDINARY = [
     ("SELECT DISTINCT name FROM users ORDER BY name", [["ann"], ["bob"]]),
     ("SELECT name FROM users UNION SELECT 'x' ORDER BY 1", [["ann"], ["bob"], ["x"]]),
     ("SELECT srvname FROM pg_foreign_server", [["remote"]]),
+    ("SELECT f.name FROM all_users() f ORDER BY f.id", [["ann"], ["bob"]]),
+    ("SELECT g FROM generate_series(1, 2) g", [[1], [2]]),
+    ("SELECT (u).id FROM users u WHERE id = 1", [[1]]),
+    (
+        "SELECT CASE WHEN password_hash IS NULL THEN 'none' ELSE name END AS c FROM users "
+        "ORDER BY id",
+        [["ann"], ["none"]],
+    ),
 ]
 
 
@@ -270,6 +289,16 @@ async def test_credential_settings_are_masked(rdsn: str) -> None:
     finally:
         await execute(rdsn, "ALTER SYSTEM RESET primary_conninfo")
         await execute(rdsn, "SELECT pg_reload_conf()")
+
+
+def test_scrub() -> None:
+    from pg_mcp_server.database.redaction import scrub
+
+    assert scrub('invalid input syntax for type integer: "hunter2"', "22P02") == (
+        'invalid input syntax for type integer: "[REDACTED]"'
+    )
+    assert "0x" not in scrub('invalid byte sequence for encoding "UTF8": 0xc3 0x28', "22021")
+    assert "hunter2" not in scrub("bad value hunter2", "P0001")
 
 
 def test_mask_setting() -> None:

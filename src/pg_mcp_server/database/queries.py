@@ -240,7 +240,9 @@ def scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:
         return None
     context = {k: v for k, v in (mapped.context or {}).items() if k in ("sqlstate", "position")}
     clean: PgMcpError = type(mapped)(
-        redaction.scrub(mapped.message), suggestion=mapped.suggestion, context=context or None
+        redaction.scrub(mapped.message, exc.sqlstate),
+        suggestion=mapped.suggestion,
+        context=context or None,
     )
     return clean
 

@@ -100,8 +100,9 @@ CARRIERS = frozenset(
 _CARRYING_SUBLINKS = frozenset({"EXPR_SUBLINK", "ARRAY_SUBLINK", "MULTIEXPR_SUBLINK"})
 
 # Relations by the names a statement gives them ($1: "schema"."name" or "name", as quoted
-# text): their columns, and a view's definition; and whether this role may read credential
-# settings.
+# text): their columns, and a view's definition; the names of the columns that functions
+# called in FROM may return ($2 schemas or NULL, $3 names: every overload's OUT and TABLE
+# arguments and row type's columns); and whether this role may read credential settings.
 RELATION_FACTS = """
 SELECT pg_catalog.json_build_object(
     'relations', (
@@ -114,6 +115,27 @@ SELECT pg_catalog.json_build_object(
         FROM pg_catalog.unnest($1::pg_catalog.text[]) AS i(name)
         JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(i.name)
         JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace),
+    'functions', (
+        SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.n, ARRAY(
+            SELECT DISTINCT o.name FROM pg_catalog.pg_proc p
+            JOIN pg_catalog.pg_namespace s ON s.oid = p.pronamespace
+            CROSS JOIN LATERAL (
+                SELECT a.name, a.mode
+                FROM ROWS FROM (pg_catalog.unnest(p.proargnames),
+                                pg_catalog.unnest(p.proargmodes::pg_catalog.text[]))
+                     AS a(name, mode)
+                UNION ALL
+                SELECT a.attname::pg_catalog.text, 'o' FROM pg_catalog.pg_type t
+                JOIN pg_catalog.pg_attribute a ON a.attrelid = t.typrelid
+                WHERE t.oid = p.prorettype AND a.attnum > 0::pg_catalog.int2
+                  AND NOT a.attisdropped) AS o(name, mode)
+            WHERE p.proname = f.name AND o.mode IN ('o', 't', 'b')
+              AND CASE WHEN f.schema IS NULL
+                       THEN s.nspname = ANY (pg_catalog.current_schemas(true))
+                       ELSE s.nspname = f.schema END)))
+        FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),
+                        pg_catalog.unnest($3::pg_catalog.text[]))
+             WITH ORDINALITY AS f(schema, name, n)),
     'settings', pg_catalog.pg_has_role('pg_read_all_settings', 'USAGE'))
 """
 
@@ -159,6 +181,7 @@ class Facts:
     relation facts, which move when a relation the guard reached changes) moves."""
 
     relations: dict[Key, Relation | None] = field(default_factory=dict)
+    functions: dict[Key, tuple[str, ...]] = field(default_factory=dict)
     settings: bool = False
     read_settings: bool = False
     generation: int | None = None
@@ -166,32 +189,58 @@ class Facts:
     def renew(self, generation: int | None) -> None:
         if generation != self.generation:
             self.relations.clear()
+            self.functions.clear()
             self.read_settings = False
             self.generation = generation
 
     async def read(self, conn: asyncpg.Connection, tree: dict[str, Any]) -> None:
-        """Read what `tree` needs and is not known yet: the relations it names, those their
-        views name, and so on (each level one statement; usually there is one)."""
-        wanted = _relation_keys(tree)
+        """Read what `tree` needs and is not known yet: the relations and FROM functions it
+        names, those their views name, and so on (each level one statement; usually there is
+        one)."""
+        relations, functions = _wanted(tree)
         for _ in range(_VIEW_DEPTH):
-            missing = sorted((k for k in wanted if k not in self.relations), key=quote)
-            if not missing and self.read_settings:
+            missing = sorted((k for k in relations if k not in self.relations), key=quote)
+            calls = sorted((k for k in functions if k not in self.functions), key=quote)
+            if not missing and not calls and self.read_settings:
                 return
-            value = await conn.fetchval(pin(RELATION_FACTS), [quote(k) for k in missing])
+            value = await conn.fetchval(
+                pin(RELATION_FACTS),
+                [quote(k) for k in missing],
+                [k[0] for k in calls],
+                [k[1] for k in calls],
+            )
             document = sqltree.loads(value) if isinstance(value, str) else value
             self.settings = bool(document["settings"])
             self.read_settings = True
             by_name = {quote(k): k for k in missing}
-            wanted = set()
+            relations, functions = set(), set()
             for k in missing:
                 self.relations[k] = None
+            for n, columns in document["functions"] or ():
+                self.functions[calls[n - 1]] = tuple(columns)
             for name, schema, relname, columns, definition in document["relations"] or ():
                 view = sqltree.parse(definition) if definition else None
                 self.relations[by_name[name]] = Relation(
                     schema, relname, tuple(columns), view, definition is not None
                 )
                 if view is not None:
-                    wanted |= _relation_keys(view)
+                    more = _wanted(view)
+                    relations |= more[0]
+                    functions |= more[1]
+
+
+def _wanted(tree: Any) -> tuple[set[Key], set[Key]]:
+    """The relations a tree names, and the functions it calls in FROM."""
+    functions: set[Key] = set()
+    for key, value in sqltree.walk(tree):
+        if key == "RangeFunction" and isinstance(value, dict):
+            for entry in value.get("functions", []):
+                items = entry.get("List", {}).get("items", [])
+                call = _node(items[0]) if items else None
+                if call and call[0] == "FuncCall":
+                    parts = names(call[1].get("funcname", []))
+                    functions.add((parts[-2] if len(parts) > 1 else None, parts[-1]))
+    return _relation_keys(tree), functions
 
 
 def _relation_keys(tree: Any) -> set[Key]:
@@ -375,7 +424,8 @@ class Analysis:
         if key == "ColumnRef":
             return self._sensitive(*self.ref(body))
         if key == "A_Indirection":
-            tainted = self.value(body.get("arg"))
+            field = self._field(body)
+            tainted = field if field is not None else self.value(body.get("arg"))
             for item in body.get("indirection", []):
                 if _node(item) and _node(item)[0] == "A_Indices":  # type: ignore[index]
                     self.test(item)
@@ -386,6 +436,13 @@ class Analysis:
             return any([self.value(e) for e in body.get("elements", [])])
         if key in ("A_Const", "ParamRef"):
             return False
+        if key == "CaseExpr" and self.strict:  # the branches carry; what picks one is looked at
+            self.test(body.get("arg"))
+            tainted = self.value(body.get("defresult"))
+            for when in body.get("args", []):
+                self.test(when["CaseWhen"].get("expr"))
+                tainted = self.value(when["CaseWhen"].get("result")) or tainted
+            return tainted
         if key == "NullTest":
             self.value(body.get("arg"))
             return False
@@ -439,6 +496,25 @@ class Analysis:
                     raise _refuse("computes on, filters or sorts by", f"{name}(...)")
         for child in _children(body):
             self.test(child)
+
+    def _field(self, body: dict[str, Any]) -> bool | None:
+        """A field of a FROM item's whole row, `(t).id` or `(t.*).id`: that column's taint
+        (None when the indirection is something else)."""
+        arg = _node(body.get("arg"))
+        first = _node((body.get("indirection") or [None])[0])
+        if arg is None or arg[0] != "ColumnRef" or first is None or first[0] != "String":
+            return None
+        fields = arg[1].get("fields", [])
+        parts = names(fields)
+        star = len(fields) == 2 and "A_Star" in fields[-1]
+        if len(parts) != 1 or len(fields) != 1 + star:
+            return None
+        (name,) = parts
+        items = [i for i in self._items() if i.name == name]
+        if len(items) != 1 or any(n == name for i in self._items() for n, _ in i.columns):
+            return None  # two items of that name, or a column: not one item's row
+        field = str(first[1]["sval"])
+        return self._sensitive(items[0].column(field), f"({name}).{field}")
 
     def _first(self, body: dict[str, Any]) -> str:
         for key, value in sqltree.walk(body):
@@ -707,9 +783,20 @@ class Analysis:
         defined = [c["ColumnDef"]["colname"] for c in body.get("coldeflist", [])]
         shown = colnames or defined or labels[:1]
         exact = bool(colnames or defined)
-        return _Item(
-            name or (labels[0] if labels else None), [(n, tainted) for n in shown], exact, tainted
-        )
+        # What the functions may return, by name (every overload's): a row of one whose
+        # column matches the pattern carries a sensitive value.
+        returned = {n for k in self._calls(body) for n in self.facts.functions.get(k, ())}
+        if exact:  # renamed by the caller: which column is which is not known here
+            carries = tainted or any(self.matches(n) for n in returned)
+            columns = [(n, carries or self.matches(n)) for n in shown]
+        else:
+            shown = list(dict.fromkeys([*shown, *sorted(returned)]))
+            columns = [(n, tainted or self.matches(n)) for n in shown]
+        return _Item(name or (labels[0] if labels else None), columns, exact, tainted)
+
+    @staticmethod
+    def _calls(body: dict[str, Any]) -> set[Key]:
+        return _wanted({"RangeFunction": body})[1]
 
     def _join(
         self, body: dict[str, Any], level: list[_Item], alias: str | None, colnames: list[str]
@@ -798,12 +885,22 @@ def judge(
 
 
 _QUOTED = re.compile(r'"(?:[^"]|"")*"')
+_BYTES = re.compile(r"\b0x[0-9a-f]+(?: 0x[0-9a-f]+)*", re.IGNORECASE)
+# Errors raised by code that is not PostgreSQL's (RAISE in a function, an extension's
+# internal error): their text is anyone's, so none of it is shown.
+_FOREIGN_TEXT = ("P0", "XX")
 
 
-def scrub(message: str) -> str:
-    """An error message with the values it quotes masked (`invalid input syntax for type
-    integer: "[REDACTED]"`): for statements that read a sensitive source."""
-    return _QUOTED.sub(f'"{REDACTED}"', message)
+def scrub(message: str, sqlstate: str | None = None) -> str:
+    """An error message with the values it may quote masked (`invalid input syntax for type
+    integer: "[REDACTED]"`, the bytes of an invalid byte sequence): for statements that read
+    a sensitive source."""
+    if sqlstate and sqlstate.startswith(_FOREIGN_TEXT):
+        return (
+            f"The query failed (SQLSTATE {sqlstate}); the message is withheld because the "
+            "query reads a sensitive column."
+        )
+    return _BYTES.sub(REDACTED, _QUOTED.sub(f'"{REDACTED}"', message))
 
 
 # A password in a connection string: keyword/value (`password=x`, `password = 'a b'`) or URI
