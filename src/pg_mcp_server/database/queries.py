@@ -29,7 +29,7 @@ from typing import Any
 import asyncpg
 from pglast import ast
 
-from pg_mcp_server.database import redaction, rewrite, sqltree, values
+from pg_mcp_server.database import lineage, redaction, rewrite, sqltree, values
 from pg_mcp_server.database.engine import Database, StatementChangedError, translate
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
@@ -209,12 +209,12 @@ async def _redaction(
     sql: str,
     attributes: Sequence[Any] | None,
     sensitive: re.Pattern[str] | None,
-) -> redaction.Verdict:
+) -> lineage.Verdict:
     tree = sqltree.parse(sql)
     assert tree is not None  # the guard parsed it
     await facts.read(conn, tree)
     names = None if attributes is None else [a.name for a in attributes]
-    return redaction.judge(tree, names, sensitive, facts)
+    return lineage.judge(tree, names, sensitive, facts)
 
 
 async def judge_hidden(
