@@ -26,6 +26,8 @@ CREATE VIEW names AS SELECT id, name FROM users;
 CREATE TABLE creds (id int, secret_key text);
 INSERT INTO creds SELECT g, 'hunter2' FROM generate_series(1, 50) g;
 ANALYZE creds;
+CREATE TABLE sessions (token text PRIMARY KEY, user_id int);
+INSERT INTO sessions VALUES ('tok-a', 1);
 CREATE FUNCTION all_users() RETURNS SETOF users STABLE LANGUAGE sql
     AS 'SELECT * FROM users';
 CREATE FOREIGN DATA WRAPPER dummy;
@@ -202,6 +204,13 @@ async def test_where_clause_cannot_be_an_oracle(rdsn: str) -> None:
             client, "get_sample_rows", table_name="users", where_clause="password_hash IS NULL"
         )
     assert records(out) == [{"id": 2, "name": "bob", "password_hash": None, "note": "n2"}]
+
+
+async def test_sample_of_a_table_keyed_by_a_sensitive_column(rdsn: str) -> None:
+    async with connect(rdsn) as client:
+        out = await call(client, "get_sample_rows", table_name="sessions")
+    assert records(out) == [{"token": "[REDACTED]", "user_id": 1}]
+    assert "primary key is sensitive" in out["note"]
 
 
 async def test_sample_of_a_catalog_with_credentials(rdsn: str) -> None:

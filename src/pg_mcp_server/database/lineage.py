@@ -524,8 +524,10 @@ class Analysis:
             if cte is not None:
                 renamed = _renamed(cte, colnames)
                 return _Item(name, renamed.columns, renamed.exact)
-        rel = self.facts.relations.get((schema, relname))
-        if rel is None:  # unknown here (PostgreSQL will say): nothing to follow
+        if (schema, relname) not in self.facts.relations:  # not read: may carry anything
+            return _Item(name, [], exact=False, tainted=True)
+        rel = self.facts.relations[(schema, relname)]
+        if rel is None:  # no such relation (PostgreSQL will say): nothing to follow
             return _Item(name, [], exact=False)
         key = (rel.schema, rel.name)
         listed = any(key in m for m in (CREDENTIAL_COLUMNS, SETTINGS_COLUMNS, STATISTICS_COLUMNS))

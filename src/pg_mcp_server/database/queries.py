@@ -227,8 +227,15 @@ async def judge_hidden(
     """For a statement whose rows are not shown (explain_query): refuse a use of a sensitive
     value that the plan (row counts, an error) would tell; whether it reads one."""
     shapes.facts.renew(generation)
-    verdict = await _redaction(conn, shapes.facts, sql, None, sensitive)
-    return verdict.reads_sensitive
+    known = shapes.facts.hidden.get(sql)  # refusals raise, so only passes are kept
+    if known is None:
+        verdict = await _redaction(conn, shapes.facts, sql, None, sensitive)
+        known = verdict.reads_sensitive
+        if len(sql) <= SHAPE_SQL_CHARS:
+            if len(shapes.facts.hidden) >= SHAPES:
+                shapes.facts.hidden.pop(next(iter(shapes.facts.hidden)))
+            shapes.facts.hidden[sql] = known
+    return known
 
 
 def scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:

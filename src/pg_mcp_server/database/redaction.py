@@ -139,6 +139,9 @@ class Facts:
 
     relations: dict[Key, Relation | None] = field(default_factory=dict)
     functions: dict[Key, tuple[str, ...]] = field(default_factory=dict)
+    # Statements whose rows are not shown (explain_query) that passed, and whether they
+    # read a sensitive source, by SQL text (queries.judge_hidden).
+    hidden: dict[str, bool] = field(default_factory=dict)
     settings: bool = False
     read_settings: bool = False
     generation: int | None = None
@@ -147,13 +150,22 @@ class Facts:
         if generation != self.generation:
             self.relations.clear()
             self.functions.clear()
+            self.hidden.clear()
             self.read_settings = False
             self.generation = generation
 
     async def read(self, conn: asyncpg.Connection, tree: dict[str, Any]) -> None:
         """Read what `tree` needs and is not known yet: the relations and FROM functions it
         names, those their views name, and so on (each level one statement; usually there is
-        one)."""
+        one). Another call may `renew` meanwhile: read again until all is there (lineage.py
+        counts what is still missing as sensitive)."""
+        for _ in range(3):
+            await self._read(conn, tree)
+            relations, functions = wanted(tree)
+            if relations <= self.relations.keys() and functions <= self.functions.keys():
+                return
+
+    async def _read(self, conn: asyncpg.Connection, tree: dict[str, Any]) -> None:
         relations, functions = wanted(tree)
         for _ in range(VIEW_DEPTH):
             missing = sorted((k for k in relations if k not in self.relations), key=quote)
