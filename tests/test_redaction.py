@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 import pytest_asyncio
 from mcpclient import call, call_error, connect, execute, fetch, records
@@ -300,6 +301,20 @@ async def test_credential_settings_are_masked(rdsn: str) -> None:
         await execute(rdsn, "SELECT pg_reload_conf()")
 
 
+async def test_activity_masks_passwords_in_other_sessions_statements(rdsn: str) -> None:
+    other = await asyncpg.connect(rdsn)
+    try:
+        # Its last statement stays in pg_stat_activity while it is idle.
+        await other.execute("SELECT 1 AS x -- ALTER ROLE r PASSWORD 'hunter2'")
+        async with connect(rdsn) as client:
+            result = await client.read_resource("pg://stat/activity", cache_mode="bypass")
+        text = result.contents[0].text  # type: ignore[union-attr]
+        _clean(text)
+        assert "PASSWORD '[REDACTED]'" in text
+    finally:
+        await other.close()
+
+
 def test_scrub() -> None:
     from pg_mcp_server.database.redaction import scrub
 
@@ -308,6 +323,18 @@ def test_scrub() -> None:
     )
     assert "0x" not in scrub('invalid byte sequence for encoding "UTF8": 0xc3 0x28', "22021")
     assert "hunter2" not in scrub("bad value hunter2", "P0001")
+
+
+def test_mask_query() -> None:
+    from pg_mcp_server.database.redaction import mask_query
+
+    assert mask_query("ALTER ROLE x PASSWORD 'hunter2'") == "ALTER ROLE x PASSWORD '[REDACTED]'"
+    assert "fdwpw42" not in (
+        mask_query("CREATE USER MAPPING FOR u SERVER s OPTIONS (user 'u', password 'fdwpw42')")
+        or ""
+    )
+    assert "pw" not in (mask_query("SELECT dblink('host=h password=pw', 'x')") or "")
+    assert mask_query("SELECT 1") == "SELECT 1"
 
 
 def test_mask_setting() -> None:

@@ -264,3 +264,18 @@ def mask_setting(name: str, value: str | None) -> str | None:
         return REDACTED
     masked = _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + REDACTED, value)
     return _URI_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", masked)
+
+
+# A password written in SQL: `PASSWORD 'x'` (CREATE/ALTER ROLE), `password 'x'` (user mapping
+# and server OPTIONS), `password='x'` (a dblink connection string literal's own quotes aside).
+_SQL_PASSWORD = re.compile(r"(password\s*=?\s*)'(?:[^']|'')*'", re.IGNORECASE)
+
+
+def mask_query(text: str | None) -> str | None:
+    """Another session's statement text as pg://stat/activity shows it: passwords written in
+    it (a role's, a user mapping's, one in a connection string) masked."""
+    if not text:
+        return text
+    masked = _SQL_PASSWORD.sub(lambda m: f"{m.group(1)}'{REDACTED}'", text)
+    masked = _CONNINFO_PASSWORD.sub(lambda m: m.group(1) + REDACTED, masked)
+    return _URI_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", masked)

@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.redaction import mask_setting
+from pg_mcp_server.database.redaction import mask_query, mask_setting
 
 # Settings an agent commonly needs (planner costs and memory, timeouts, locale, search path,
 # replication level), listed even when they are at their defaults. Names a server does not
@@ -186,6 +186,8 @@ async def settings(conn: asyncpg.Connection, every: bool) -> dict[str, Any]:
 
 async def activity(conn: asyncpg.Connection) -> dict[str, Any]:
     document = await _document(conn, ACTIVITY)
+    for session in document["sessions"]:  # a CREATE ROLE ... PASSWORD another session runs
+        session["query"] = mask_query(session["query"])
     states = Counter(
         s["state"] or "unknown"
         for s in document["sessions"]
