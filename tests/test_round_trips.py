@@ -1,7 +1,8 @@
 """Round trips between the server and PostgreSQL, counted on the wire by a relay (wire.py):
 a repeated query on a warm connection is one flight before its answer (and one for the reset
-after it, in the background); a lower timeout_ms costs one more; so does a new statement; the
-guard's check before it one more."""
+after it, in the background); a lower timeout_ms costs one more; so does a new statement (and
+two for the redaction facts of a table not seen before); the guard's check before it one
+more."""
 
 from __future__ import annotations
 
@@ -95,8 +96,10 @@ async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
         )
 
     await db.ping()  # the pool's connection is made (start-up, settings, codecs)
-    # New SQL on a warm connection: describe, prepare the reading statement, run it.
-    assert await _flights(wired, query) == (3, 1)
+    # New SQL on a warm connection: describe, read the facts redaction needs about a table
+    # not seen before (database/redaction.py: its statement prepared, then run; once per
+    # table per server), prepare the reading statement, run it.
+    assert await _flights(wired, query) == (5, 1)
     # Repeated: one Bind/Execute, in the session's implicit read-only transaction.
     assert await _flights(wired, query) == (1, 1)
     assert await _flights(wired, query) == (1, 1)

@@ -11,6 +11,7 @@ one for table sizes when the plan has sequential scans).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
 from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.plantext import render
+from pg_mcp_server.database.queries import Shapes, judge_hidden, scrubbed
 from pg_mcp_server.errors import ParameterError
 
 LARGE_TABLE = 10_000  # rows: a sequential scan above this is worth a warning
@@ -130,7 +132,13 @@ async def explain(
     fmt: str,
     verbose: bool,
     buffers: bool,
+    shapes: Shapes | None = None,
+    sensitive: re.Pattern[str] | None = None,
 ) -> PlanResult:
+    """The plan of `sql`. With `shapes` (whose relation facts it uses), a use of a sensitive
+    value that the plan would tell (row counts, estimates, an error) is refused, as
+    execute_query refuses it (database/redaction.py), and errors of a statement that reads
+    one are scrubbed of values."""
     if buffers and not analyze:
         raise ParameterError(
             "buffers=true needs analyze=true (buffer counts come from running the query).",
@@ -138,6 +146,9 @@ async def explain(
             context={"buffers": buffers, "analyze": analyze},
         )
     await guard.check(sql, conn)
+    reads_sensitive = shapes is not None and await judge_hidden(
+        conn, shapes, sql, sensitive, guard.state.relations.generation
+    )
     structured = "yaml" if fmt == "yaml" else "json"
     stmt, _ = await db.prepare(
         conn,
@@ -152,7 +163,13 @@ async def explain(
             suggestion="Pass representative values in `params` (they shape the estimates).",
             context={"expected": len(types)},
         )
-    rows = await stmt.fetch(*bind(params, types))
+    try:
+        rows = await stmt.fetch(*bind(params, types))
+    except asyncpg.PostgresError as exc:
+        clean = scrubbed(exc) if reads_sensitive else None
+        if clean is not None:
+            raise clean from None
+        raise
     raw = "\n".join(r[0] for r in rows) if structured == "yaml" else ""
     if structured == "yaml":
         document = yaml.safe_load(raw)

@@ -16,6 +16,7 @@ Parameters are bound by the driver as the types PostgreSQL inferred (params.py),
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -28,10 +29,11 @@ from typing import Any
 import asyncpg
 from pglast import ast
 
-from pg_mcp_server.database import rewrite, values
-from pg_mcp_server.database.engine import Database, StatementChangedError
+from pg_mcp_server.database import lineage, redaction, rewrite, sqltree, values
+from pg_mcp_server.database.engine import Database, StatementChangedError, translate
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.params import bind
+from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError, QueryTimeoutError
 
 SHAPES = 512  # statements whose shape is kept (a few KB each) ...
 SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
@@ -50,6 +52,9 @@ class Shape:
 
     tree: ast.SelectStmt
     columns: tuple[values.Column, ...]
+    # It reads a sensitive source (redaction.py): its errors are scrubbed of values.
+    reads_sensitive: bool = False
+    generation: int | None = None  # of the relation facts its redaction was decided on
     wrappers: dict[tuple[int, int, int | None], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,6 +96,7 @@ class Shapes:
     def __init__(self, size: int = SHAPES) -> None:
         self._size = size
         self._items: OrderedDict[str, Shape] = OrderedDict()
+        self.facts = redaction.Facts()
 
     def get(self, sql: str) -> Shape | None:
         shape = self._items.get(sql)
@@ -137,13 +143,30 @@ async def fetch_rows(
     max_bytes: int,
     sensitive: re.Pattern[str] | None,
     max_text: int | None = None,
+    generation: int | None = None,
 ) -> Rows:
-    """At most `limit` rows of `sql` (already guarded) whose JSON fits in `max_bytes`."""
+    """At most `limit` rows of `sql` (already guarded) whose JSON fits in `max_bytes`.
+    `generation` moves when a relation the statement reads may have changed (the guard's
+    relation facts): which columns are redacted is then decided again."""
+    shapes.facts.renew(generation)
     shape = shapes.get(sql)
-    if shape is None:
-        tree = rewrite.parse(sql)
-        described = await db.describe(conn, sql)
-        shape = Shape(tree, values.columns_of(described.get_attributes(), sensitive))
+    if shape is None or shape.generation != generation:
+        tree = rewrite.parse(sql) if shape is None else shape.tree
+        attributes = (
+            (await db.describe(conn, sql)).get_attributes()
+            if shape is None
+            else [_Named(c.name) for c in shape.columns]
+        )
+        verdict = await _redaction(conn, shapes.facts, sql, attributes, sensitive)
+        columns = (
+            values.columns_of(attributes, verdict.redacted)
+            if shape is None
+            else tuple(
+                dataclasses.replace(c, redacted=r)
+                for c, r in zip(shape.columns, verdict.redacted, strict=True)
+            )
+        )
+        shape = Shape(tree, columns, verdict.reads_sensitive, generation)
         shapes.put(sql, shape)
     wrapper = shape.wrapper(limit, max_bytes, max_text)
     try:
@@ -153,6 +176,9 @@ async def fetch_rows(
         row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
     except (asyncpg.PostgresError, _Changed) as exc:
         if isinstance(exc, asyncpg.PostgresError) and not _ours(exc):
+            clean = scrubbed(exc) if shape.reads_sensitive else None
+            if clean is not None:
+                raise clean from None
             raise
         shapes.drop(sql)
         db.forget(wrapper)
@@ -170,6 +196,62 @@ async def fetch_rows(
         read=read,
         cut_by_size=len(rows) < min(read, limit),
     )
+
+
+@dataclass(frozen=True)
+class _Named:
+    name: str
+
+
+async def _redaction(
+    conn: asyncpg.Connection,
+    facts: redaction.Facts,
+    sql: str,
+    attributes: Sequence[Any] | None,
+    sensitive: re.Pattern[str] | None,
+) -> lineage.Verdict:
+    tree = sqltree.parse(sql)
+    assert tree is not None  # the guard parsed it
+    await facts.read(conn, tree)
+    names = None if attributes is None else [a.name for a in attributes]
+    return lineage.judge(tree, names, sensitive, facts)
+
+
+async def judge_hidden(
+    conn: asyncpg.Connection,
+    shapes: Shapes,
+    sql: str,
+    sensitive: re.Pattern[str] | None,
+    generation: int | None,
+) -> bool:
+    """For a statement whose rows are not shown (explain_query): refuse a use of a sensitive
+    value that the plan (row counts, an error) would tell; whether it reads one."""
+    shapes.facts.renew(generation)
+    known = shapes.facts.hidden.get(sql)  # refusals raise, so only passes are kept
+    if known is None:
+        verdict = await _redaction(conn, shapes.facts, sql, None, sensitive)
+        known = verdict.reads_sensitive
+        if len(sql) <= SHAPE_SQL_CHARS:
+            if len(shapes.facts.hidden) >= SHAPES:
+                shapes.facts.hidden.pop(next(iter(shapes.facts.hidden)))
+            shapes.facts.hidden[sql] = known
+    return known
+
+
+def scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:
+    """The error of a statement that reads a sensitive source, without the values PostgreSQL
+    quotes in it (`invalid input syntax for type integer: "<the value>"`) or its detail and
+    hint, which may quote them too; None for errors that tell nothing of a value."""
+    mapped = translate(exc)
+    if mapped is None or isinstance(mapped, DatabaseConnectionError | QueryTimeoutError):
+        return None
+    context = {k: v for k, v in (mapped.context or {}).items() if k in ("sqlstate", "position")}
+    clean: PgMcpError = type(mapped)(
+        redaction.scrub(mapped.message, exc.sqlstate),
+        suggestion=mapped.suggestion,
+        context=context or None,
+    )
+    return clean
 
 
 class _Changed(Exception):
@@ -210,7 +292,15 @@ async def run_query(
     await guard.check(sql, conn)
     started = time.perf_counter()
     result = await fetch_rows(
-        conn, db, shapes, sql, params, limit=limit, max_bytes=max_bytes, sensitive=sensitive
+        conn,
+        db,
+        shapes,
+        sql,
+        params,
+        limit=limit,
+        max_bytes=max_bytes,
+        sensitive=sensitive,
+        generation=guard.state.relations.generation,
     )
     elapsed_ms = (time.perf_counter() - started) * 1000
     notes: list[str] = []

@@ -99,6 +99,12 @@ async def sample_rows(
     if randomize:
         order = " ORDER BY pg_catalog.random()"
         notes.append("randomized")
+    elif shape["primary_key"] and any(
+        sensitive is not None and sensitive.search(c) for c in shape["primary_key"]
+    ):
+        # Sorting by a sensitive key would tell the order of its redacted values (and is
+        # refused, see lineage.py).
+        notes.append("primary key is sensitive: rows in storage order")
     elif shape["primary_key"]:
         order = " ORDER BY " + ", ".join(quote_ident(c) for c in shape["primary_key"])
         notes.append("first rows ordered by primary key")
@@ -130,6 +136,7 @@ async def sample_rows(
             max_bytes=max_bytes,
             sensitive=sensitive,
             max_text=MAX_TEXT,
+            generation=guard.state.relations.generation,
         )
 
     got = await read(use_tablesample)

@@ -4,7 +4,9 @@ Each statement builds its whole document as JSON inside PostgreSQL (one round tr
 `pg_catalog` views and functions that every role may read. Those views hide what the role may
 not see (another role's query text and client address in `pg_stat_activity` without
 `pg_read_all_stats`, superuser-only settings in `pg_settings`): the documents show exactly
-what PostgreSQL shows the role, and nothing here works around it.
+what PostgreSQL shows the role, and nothing here works around it. A role that may read
+credential settings (superuser, pg_read_all_settings) still never gets their passwords: they
+are masked (redaction.mask_setting).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.redaction import mask_query, mask_setting
 
 # Settings an agent commonly needs (planner costs and memory, timeouts, locale, search path,
 # replication level), listed even when they are at their defaults. Names a server does not
@@ -175,11 +178,16 @@ async def system_info(conn: asyncpg.Connection) -> dict[str, Any]:
 
 
 async def settings(conn: asyncpg.Connection, every: bool) -> dict[str, Any]:
-    return await _document(conn, SETTINGS, every, COMMON_SETTINGS)
+    document = await _document(conn, SETTINGS, every, COMMON_SETTINGS)
+    for setting in document["settings"]:  # primary_conninfo's password, and the like
+        setting["value"] = mask_setting(setting["name"], setting["value"])
+    return document
 
 
 async def activity(conn: asyncpg.Connection) -> dict[str, Any]:
     document = await _document(conn, ACTIVITY)
+    for session in document["sessions"]:  # a CREATE ROLE ... PASSWORD another session runs
+        session["query"] = mask_query(session["query"])
     states = Counter(
         s["state"] or "unknown"
         for s in document["sessions"]

@@ -10,7 +10,8 @@ we do not) as PostgreSQL's text form in a JSON string. On top of `to_json`:
 - numeric is a JSON number only while a double holds it exactly (else a string: JSON readers
   parse numbers as doubles), and NaN / Infinity are strings;
 - bytea is base64 (`to_json` would give PostgreSQL's hex text);
-- sensitive columns (by name) come back as "[REDACTED]" without their values leaving PostgreSQL;
+- sensitive columns (database/redaction.py) come back as "[REDACTED]" without their values
+  leaving PostgreSQL;
 - get_sample_rows cuts long text at `max_text` characters.
 
 Each column's expression is chosen once per statement from the type PostgreSQL reports.
@@ -18,7 +19,6 @@ Each column's expression is chosen once per statement from the type PostgreSQL r
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -159,8 +159,9 @@ def cells(columns: Sequence[Column], *, max_text: int | None = None) -> Callable
     return lambda i: cell(columns[i - 1], f"s.c{i}", max_text=max_text)
 
 
-def columns_of(attributes: Sequence[Any], sensitive: re.Pattern[str] | None) -> tuple[Column, ...]:
-    """Columns from a prepared statement's asyncpg `Attribute`s."""
+def columns_of(attributes: Sequence[Any], redacted: Sequence[bool]) -> tuple[Column, ...]:
+    """Columns from a prepared statement's asyncpg `Attribute`s, redacted where
+    `redacted` (database/redaction.py) says so."""
     return tuple(
         Column(
             name=a.name,
@@ -168,9 +169,9 @@ def columns_of(attributes: Sequence[Any], sensitive: re.Pattern[str] | None) -> 
             base=a.type.name,
             kind=a.type.kind,
             builtin=(getattr(a.type, "schema", None) or "pg_catalog") == "pg_catalog",
-            redacted=sensitive is not None and sensitive.search(a.name) is not None,
+            redacted=r,
         )
-        for a in attributes
+        for a, r in zip(attributes, redacted, strict=True)
     )
 
 

@@ -178,6 +178,8 @@ def query_tools() -> list[PgTool]:
                     fmt=format,
                     verbose=verbose,
                     buffers=buffers,
+                    shapes=app.shapes,
+                    sensitive=app.sensitive,
                 )
             )
         except PgMcpError as exc:
