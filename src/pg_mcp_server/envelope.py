@@ -8,8 +8,11 @@ whose id has the wrong type (`1.5`, `true`, `{}`) validates as a *notification* 
 answer at all; an unparseable stdio line is dropped without -32700. Here every message with a
 usable id that is not a well-formed request gets a -32600 answer carrying that id, an unusable
 id gets one with `"id": null`, unparseable input gets -32700, and no answer echoes the input
-(ids over `MAX_ID` characters are not echoed either). Notifications and responses are never
-answered, as JSON-RPC says; a broken one is only logged.
+(ids over `MAX_ID` characters are not echoed either). A message nested deeper than `MAX_DEPTH`
+gets -32600 with its id (idscan.py reads it without parsing the message): the SDK's parser
+drops one nested near 200 levels, and one nested a few thousand deep made Python's json raise
+RecursionError, which ended the stdio session and was a 500 over HTTP. Notifications and
+responses are never answered, as JSON-RPC says; a broken one is only logged.
 """
 
 from __future__ import annotations
@@ -21,12 +24,18 @@ from typing import Any
 
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 
-__all__ = ["INVALID_REQUEST", "MAX_ID", "Rejection", "check", "log", "parse"]
+from pg_mcp_server.idscan import MAX_ID, addressee
+from pg_mcp_server.idscan import usable_id as _usable_id
+
+__all__ = ["INVALID_REQUEST", "MAX_DEPTH", "MAX_ID", "Rejection", "check", "log", "parse"]
 
 logger = logging.getLogger(__name__)
 
-MAX_ID = 200  # characters of a string id; a longer one is not echoed back
 MAX_METHOD = 200  # characters of a method name (every MCP method is far shorter)
+# Arrays and objects inside one another, the message itself counting as one. The SDK's parser
+# (pydantic-core) gives up near 200 and drops the message unanswered; Python's json module
+# raises RecursionError near 1000. No MCP message needs more than a handful.
+MAX_DEPTH = 128
 
 
 @dataclass(frozen=True)
@@ -40,12 +49,6 @@ class Rejection:
         error = ErrorData(code=self.code, message=self.message)
         reply = JSONRPCError(jsonrpc="2.0", id=self.id, error=error)
         return reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
-
-
-def _usable_id(value: Any) -> bool:
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, str) and len(value) <= MAX_ID)
 
 
 def _id_problem(value: Any) -> str:
@@ -122,11 +125,40 @@ def _reject(problem: str, request_id: Any, *, answer: bool) -> Rejection:
 
 def parse(raw: bytes | str) -> tuple[Any, Rejection | None]:
     """The message in `raw` (one JSON text) and what is wrong with it, if anything."""
+    data = raw.encode() if isinstance(raw, str) else raw
     try:
-        message = json.loads(raw)
+        message = json.loads(data)
+    except RecursionError:  # json's C parser recurses per level; the stack is unharmed
+        return None, too_deep(data)
     except (ValueError, UnicodeDecodeError):
         return None, Rejection(PARSE_ERROR, "Parse error: not valid JSON", None, True)
+    if _nested_deeper(message, data):
+        return None, too_deep(data)
     return message, check(message)
+
+
+def too_deep(data: bytes) -> Rejection:
+    answer, request_id = addressee(data)
+    problem = f"Invalid Request: arrays and objects nested deeper than {MAX_DEPTH} levels"
+    return Rejection(INVALID_REQUEST, problem, request_id, answer)
+
+
+def too_long(limit: int, answer: bool, request_id: int | str | None) -> Rejection:
+    problem = f"Invalid Request: a message is longer than {limit} bytes"
+    return Rejection(INVALID_REQUEST, problem, request_id, answer)
+
+
+def _nested_deeper(message: Any, data: bytes) -> bool:
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH or not isinstance(message, dict | list):
+        return False  # the common case, counted in C
+    stack: list[tuple[Any, int]] = [(message, 1)]
+    while stack:  # a loop, not recursion: the depth is what is being checked
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value
+        if depth > MAX_DEPTH:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
 
 
 def log(rejection: Rejection, transport: str) -> None:

@@ -11,7 +11,8 @@ To stop the server we close the SDK's input pipe: it sees end-of-input and ends 
 the client had gone, without a thread left blocked on the real stdin. Requests still unanswered
 get a short grace, then an error answer of ours, so every request with an id is answered.
 Reading the real stdin needs no thread (it is waited on in the event loop), except for a
-regular file, which never blocks.
+regular file, which never blocks. A line longer than the limit is not kept: it is read through
+for its id (idscan.py), wherever in the line the id is, and answered with -32600.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import ErrorData, JSONRPCError
 
 from pg_mcp_server import envelope
+from pg_mcp_server.idscan import Addressee
 from pg_mcp_server.signals import Signals
 
 logger = logging.getLogger(__name__)
@@ -160,32 +162,37 @@ class _Session:
 
     async def _pump_in(self, sdk_in: int) -> None:
         buffer = b""
-        skipping = False  # inside a line that was too long: drop it up to its newline
+        # Inside a line longer than max_line: it is not kept, only read for whom to answer.
+        too_long: Addressee | None = None
         async for chunk in _read(self.wire_in):
+            if too_long is not None:
+                end = chunk.find(b"\n")
+                too_long.feed(chunk if end < 0 else chunk[:end])
+                if end < 0:
+                    continue
+                self._too_long(too_long)
+                too_long, chunk = None, chunk[end + 1 :]
             buffer += chunk
             while (end := buffer.find(b"\n")) >= 0:
                 line, buffer = buffer[:end], buffer[end + 1 :]
-                if skipping:
-                    skipping = False
-                    continue
                 await self._line(line, sdk_in)
             if len(buffer) > self.max_line:
-                if not skipping:
-                    self._reject(
-                        envelope.Rejection(
-                            envelope.INVALID_REQUEST,
-                            f"Invalid Request: a message is longer than {self.max_line} bytes",
-                            None,
-                            True,
-                        )
-                    )
-                buffer, skipping = b"", True
-        if buffer.strip() and not skipping:
+                too_long = Addressee()
+                too_long.feed(buffer)
+                buffer = b""
+        if too_long is not None:
+            self._too_long(too_long)
+        elif buffer.strip():
             await self._line(buffer, sdk_in)
         logger.debug("stdin: end of input")
 
     async def _line(self, line: bytes, sdk_in: int) -> None:
         if not line.strip():
+            return
+        if len(line) > self.max_line:  # completed by the chunk that took it over the limit
+            scan = Addressee()
+            scan.feed(line)
+            self._too_long(scan)
             return
         message, rejection = envelope.parse(line)
         if rejection is not None:
@@ -194,6 +201,9 @@ class _Session:
         if "method" in message and "id" in message:
             self.pending[_key(message["id"])] += 1
         await _write_all(sdk_in, line + b"\n")
+
+    def _too_long(self, scan: Addressee) -> None:
+        self._reject(envelope.too_long(self.max_line, *scan.verdict()))
 
     def _reject(self, rejection: envelope.Rejection) -> None:
         envelope.log(rejection, "stdio")
