@@ -274,7 +274,25 @@ class ServerSettings(BaseSettings):
         default=0,
         ge=0,
         description=(
-            "HTTP requests served at once before new ones get 503 (0: four times PG_POOL_SIZE)"
+            "HTTP requests served at once before new ones get 503 (0: four times PG_POOL_SIZE); "
+            "a request counts once its body is read, and subscriptions/listen streams not at all"
+        ),
+    )
+    request_body_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description=(
+            "Seconds an HTTP request's whole body may take to arrive; a slower one gets 408 and "
+            "its connection is closed (it holds no request slot meanwhile)"
+        ),
+    )
+    max_listen_streams: int = Field(
+        default=100,
+        ge=1,
+        description=(
+            "subscriptions/listen streams open at once over HTTP (long-lived: they have this "
+            "pool of their own, not MCP_MAX_CONCURRENT_REQUESTS); one more gets 503 at once"
         ),
     )
 

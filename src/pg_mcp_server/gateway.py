@@ -4,8 +4,11 @@ The SDK checks Accept (406), Content-Type, MCP-Protocol-Version (400), Host (421
 (403) and answers notifications with 202. In front of it we add what a server that hands out
 database access needs: bearer tokens (compared in constant time, 401 with WWW-Authenticate),
 405 for GET/DELETE on /mcp (stateless: there is no stream to open and no session to end; the
-SDK would otherwise hold a GET open forever), a concurrency limit (a request above it waits a
-bounded time for a slot, then gets 503), cancellation of a request whose client went away (so
+SDK would otherwise hold a GET open forever), a body read whole within a bounded time before
+anything else (408 otherwise: a client that never finishes its body holds nothing), a
+concurrency limit (a request above it waits a bounded time for a slot, then gets 503; a
+`subscriptions/listen` stream, which lasts as long as its client listens, takes one of a
+bounded pool of its own instead), cancellation of a request whose client went away (so
 its query stops), and /health for load balancers (200, or 503 when the database is
 unreachable). Where the SDK answers badly we answer first: malformed JSON-RPC envelopes
 (envelope.py), an unsupported protocol version (which versions are), a foreign Host or Origin
@@ -32,6 +35,7 @@ from pg_mcp_server import envelope
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
+from pg_mcp_server.idscan import addressee
 from pg_mcp_server.server import build_server
 
 logger = logging.getLogger(__name__)
@@ -40,6 +44,7 @@ MCP_PATH = "/mcp"
 HEALTH_PATH = "/health"
 HEALTH_TIMEOUT_S = 5.0
 VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
+LISTEN = "subscriptions/listen"  # its response is a stream that lasts as long as the client listens
 HEADER_ECHO = 100  # characters of a client's header value repeated in an answer
 
 
@@ -83,10 +88,14 @@ class Gateway:
         self.max_bytes = srv.max_request_bytes
         self.limit = srv.max_concurrent_requests or 4 * settings.database.pool_size
         self.wait_s = settings.database.pool_timeout  # a request above the limit waits this long
+        self.body_timeout = srv.request_body_timeout
+        self.max_streams = srv.max_listen_streams
         self.allowed_hosts = ", ".join(srv.allowed_hosts)
         self.allowed_origins = ", ".join(srv.allowed_origins)
-        # One per request whose response is not sent yet; made in the event loop, on first use.
+        # One per request whose response is not sent yet, and one per open listen stream;
+        # made in the event loop, on first use.
         self._slots: anyio.Semaphore | None = None
+        self._streams: anyio.Semaphore | None = None
         # The SIGHUP hook of the server behind (reloads custom definitions; signals.py).
         self.on_hangup: Callable[[], bool] = lambda: False
 
@@ -126,23 +135,27 @@ class Gateway:
                 {"Allow": "POST"},
             )
             return
-        if self._slots is None:
-            self._slots = anyio.Semaphore(self.limit)
-        try:
-            with anyio.fail_after(self.wait_s):
-                await self._slots.acquire()
-        except TimeoutError:
-            logger.warning(
-                "HTTP: no free slot (%d requests in progress) in %s s: 503", self.limit, self.wait_s
-            )
-            await _respond(
-                send,
-                503,
-                _rpc_error(-32000, f"Server busy: {self.limit} requests in progress; retry"),
-                {"Retry-After": "1"},
-            )
+        body = await self._read_body(receive, send)
+        if body is None:
             return
-        slots, released = self._slots, False
+        rpc: Any = None
+        if method == "POST":
+            rpc, rejection = envelope.parse(body)
+            if rejection is not None:
+                envelope.log(rejection, "HTTP")
+                await _respond_raw(send, 400, rejection.response())
+                return
+            version = _header(scope, b"mcp-protocol-version")
+            if version is not None and version not in VERSIONS:
+                await _respond(send, 400, self._unsupported(version, rpc.get("id")))
+                return
+        request_id = rpc.get("id") if isinstance(rpc, dict) else None
+        listen = isinstance(rpc, dict) and rpc.get("method") == LISTEN
+        take = self._stream_slot if listen else self._slot
+        slots = await take(request_id, send)
+        if slots is None:
+            return
+        released = False
 
         def release() -> None:
             nonlocal released
@@ -158,9 +171,85 @@ class Gateway:
                 release()
 
         try:
-            await self._serve(scope, receive, self._explained(scope, sent))
+            await self._serve(scope, body, receive, self._explained(scope, sent))
         finally:
             release()
+
+    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, read within MCP_REQUEST_BODY_TIMEOUT before any slot is taken (a
+        client that never finishes its body must not hold one); None once answered (408,
+        413) or when the client went away."""
+        chunks: list[bytes] = []
+        size = 0
+        with anyio.move_on_after(self.body_timeout):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunks.append(message.get("body", b""))
+                size += len(chunks[-1])
+                if size > self.max_bytes:
+                    what = f"Request body too large: over MCP_MAX_REQUEST_BYTES ({self.max_bytes})"
+                    await self._refuse_body(send, 413, -32600, what, chunks)
+                    return None
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        logger.info(
+            "HTTP: a request body did not arrive within %s s (%d bytes came): 408",
+            self.body_timeout,
+            size,
+        )
+        what = f"Request body not received within {self.body_timeout} s (MCP_REQUEST_BODY_TIMEOUT)"
+        await self._refuse_body(send, 408, -32000, what, chunks)
+        return None
+
+    @staticmethod
+    async def _refuse_body(
+        send: Send, status: int, code: int, message: str, chunks: list[bytes]
+    ) -> None:
+        """Answer a body that was not read whole, with its id when the part read names one;
+        the connection is closed after it (the rest of the body would be read as a request)."""
+        answer, request_id = addressee(b"".join(chunks))
+        body = _rpc_error(code, message, request_id=request_id if answer else None)
+        await _respond(send, status, body, {"Connection": "close"})
+
+    async def _slot(self, request_id: Any, send: Send) -> anyio.Semaphore | None:
+        """A turn among MCP_MAX_CONCURRENT_REQUESTS, waited for up to PG_POOL_TIMEOUT; None
+        once answered with 503."""
+        if self._slots is None:
+            self._slots = anyio.Semaphore(self.limit)
+        try:
+            with anyio.fail_after(self.wait_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            logger.warning(
+                "HTTP: no free slot (%d requests in progress) in %s s: 503", self.limit, self.wait_s
+            )
+            message = f"Server busy: {self.limit} requests in progress; retry"
+            await _respond(
+                send, 503, _rpc_error(-32000, message, None, request_id), {"Retry-After": "1"}
+            )
+            return None
+        return self._slots
+
+    async def _stream_slot(self, request_id: Any, send: Send) -> anyio.Semaphore | None:
+        """One of MCP_MAX_LISTEN_STREAMS, at once or not at all: a stream is held for as long
+        as its client listens, so waiting for one to end would be waiting without bound."""
+        if self._streams is None:
+            self._streams = anyio.Semaphore(self.max_streams)
+        try:
+            self._streams.acquire_nowait()
+        except anyio.WouldBlock:
+            logger.warning("HTTP: %d listen streams open already: 503", self.max_streams)
+            message = (
+                f"Too many {LISTEN} streams: {self.max_streams} open (MCP_MAX_LISTEN_STREAMS); "
+                "retry later"
+            )
+            await _respond(
+                send, 503, _rpc_error(-32000, message, None, request_id), {"Retry-After": "5"}
+            )
+            return None
+        return self._streams
 
     def _disposing(self, send: Send) -> Send:
         """The pool closes before the server is told the app has shut down: after that the
@@ -208,39 +297,16 @@ class Gateway:
 
         return explained
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Run the SDK app; if the client goes away meanwhile, cancel the request's queries (a
-        dropped request must not leave them running). The body is read first, checked as a
-        JSON-RPC message, so that the connection can then be watched for `http.disconnect`,
-        and replayed to the app."""
-        body: list[Message] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body.append(message)
-            size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                await _respond(send, 413, _rpc_error(-32600, "Request body too large"))
-                return
-            if not message.get("more_body", False):
-                break
-        if scope["method"] == "POST":
-            rpc, rejection = envelope.parse(b"".join(m.get("body", b"") for m in body))
-            if rejection is not None:
-                envelope.log(rejection, "HTTP")
-                await _respond_raw(send, 400, rejection.response())
-                return
-            version = _header(scope, b"mcp-protocol-version")
-            if version is not None and version not in VERSIONS:
-                await _respond(send, 400, self._unsupported(version, rpc.get("id")))
-                return
+    async def _serve(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> None:
+        """Run the SDK app on the body already read; if the client goes away meanwhile, cancel
+        the request's queries (a dropped request must not leave them running). The body was
+        read first so that the connection can be watched for `http.disconnect`."""
+        replayed = [{"type": "http.request", "body": body, "more_body": False}]
         gone = anyio.Event()
 
         async def replay() -> Message:
-            if body:
-                return body.pop(0)
+            if replayed:
+                return replayed.pop(0)
             await gone.wait()
             return {"type": "http.disconnect"}
 
