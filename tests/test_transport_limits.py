@@ -8,6 +8,7 @@ import asyncio
 import json
 import select
 import socket
+import threading
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -51,6 +52,17 @@ def _start_slow_body(port: int, request_id: int) -> socket.socket:
     return sock
 
 
+def _drip(sock: socket.socket, stop: threading.Event) -> None:
+    """A space (inside the body's string) every 0.2 s, until stopped or refused."""
+    for _ in range(90):  # fewer bytes than the body still owes
+        if stop.wait(0.2):
+            return
+        try:
+            sock.send(b" ")
+        except OSError:
+            return
+
+
 def _answer(sock: socket.socket) -> tuple[int, dict[str, Any], bytes]:
     """Status, JSON body and headers of the one answer on `sock`, read until the server
     closes the connection (or the socket's timeout fails the test)."""
@@ -86,6 +98,9 @@ async def test_slow_bodies_take_no_slot_and_get_408(demo_dsn: str, tmp_path: Pat
     ) as running:
         slow = [_start_slow_body(_port(running.base), 60 + i) for i in range(3)]
         started = time.monotonic()
+        # The last one keeps sending a byte now and then: the timeout is for the whole body.
+        stop = threading.Event()
+        threading.Thread(target=_drip, args=(slow[2], stop), daemon=True).start()
         try:
             assert wait_for(lambda: _accepted(running.proc.pid, slow), 10)
             async with httpx.AsyncClient(timeout=30) as http:
@@ -101,6 +116,7 @@ async def test_slow_bodies_take_no_slot_and_get_408(demo_dsn: str, tmp_path: Pat
                 assert b"connection: close" in head
             assert time.monotonic() - started >= timeout - 0.2
         finally:
+            stop.set()
             for sock in slow:
                 sock.close()
     text = log.read_text()
@@ -150,12 +166,20 @@ def _nested(request_id: int, depth: int) -> bytes:
     )
 
 
-async def test_deeply_nested_messages_get_errors_over_http(demo_dsn: str, tmp_path: Path) -> None:
+async def test_deep_and_large_bodies_get_errors_with_ids_over_http(
+    demo_dsn: str, tmp_path: Path
+) -> None:
     """5,000 levels used to raise RecursionError (a bare 500 and a traceback); 300 levels
-    passed our check and the SDK's parser gave up on them."""
+    passed our check and the SDK's parser gave up on them. A body over the limit gets 413
+    with its id."""
     log = tmp_path / "stderr.log"
-    with serve(demo_dsn, stderr=log) as running:
+    with serve(demo_dsn, stderr=log, MCP_MAX_REQUEST_BYTES="65536") as running:
         async with httpx.AsyncClient(timeout=30) as http:
+            # Over the size limit: the id is read from the part read before the refusal.
+            big = {"jsonrpc": "2.0", "id": 51, "method": "ping", "params": {"x": "y" * 70_000}}
+            reply = await http.post(running.mcp, json=big, headers=V1)
+            assert reply.status_code == 413 and reply.json()["id"] == 51
+            assert "MCP_MAX_REQUEST_BYTES" in reply.json()["error"]["message"]
             cases = [(b"[" * DEEP + b"]" * DEEP, None), (_nested(41, DEEP), 41)]
             for body, answer_id in [*cases, (_nested(42, 300), 42)]:
                 reply = await http.post(running.mcp, content=body, headers=V1)
