@@ -207,8 +207,8 @@ class Gateway:
     async def _refuse_body(
         send: Send, status: int, code: int, message: str, chunks: list[bytes]
     ) -> None:
-        """Answer a body that was not read whole, with its id when the part read names one;
-        the connection is closed after it (the rest of the body would be read as a request)."""
+        """Answer a body that was not read whole, with its id when the part read names one,
+        and close the connection: the rest of that body is not wanted."""
         answer, request_id = addressee(b"".join(chunks))
         body = _rpc_error(code, message, request_id=request_id if answer else None)
         await _respond(send, status, body, {"Connection": "close"})

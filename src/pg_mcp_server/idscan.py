@@ -8,8 +8,8 @@ JSON-RPC says). The id can be anywhere: the TypeScript SDK writes it last, after
 
 Brackets are counted by `bytes.count` and strings skipped by a regular expression, about one
 Python step per string (~0.15 s for 1 MB of `"a",`; 10 MB of `[[[[` or of one string take
-milliseconds). Lenient by design: the
-message is refused anyway, this only picks the id for the refusal.
+milliseconds). Lenient by design: the message is refused anyway, this only picks the id for
+the refusal.
 """
 
 from __future__ import annotations
