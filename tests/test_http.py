@@ -310,15 +310,21 @@ def test_workers_share_a_burst_of_connections(demo_dsn: str) -> None:
             time.sleep(0.25)
         burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(24)]
         try:
-            time.sleep(0.5)
-            held = [
-                sum(
-                    1
-                    for c in w.net_connections()
-                    if c.status == "ESTABLISHED" and c.laddr.port == port
-                )
-                for w in workers
-            ]
+            # The kernel picks a worker for each connection as it arrives; each worker accepts
+            # its own when its event loop gets to them (later on a loaded machine).
+            held: list[int] = []
+            for _ in range(200):
+                held = [
+                    sum(
+                        1
+                        for c in w.net_connections()
+                        if c.status == "ESTABLISHED" and c.laddr.port == port
+                    )
+                    for w in workers
+                ]
+                if sum(held) == 24:
+                    break
+                time.sleep(0.05)
             assert sum(held) == 24 and min(held) >= 3, held
         finally:
             for sock in burst:
