@@ -171,7 +171,8 @@ async def test_deep_and_large_bodies_get_errors_with_ids_over_http(
 ) -> None:
     """5,000 levels used to raise RecursionError (a bare 500 and a traceback); 300 levels
     passed our check and the SDK's parser gave up on them. A body over the limit gets 413
-    with its id."""
+    with its id; a lone surrogate, which only the SDK's parser refuses, 400 with its id (the
+    SDK answered it with a null id)."""
     log = tmp_path / "stderr.log"
     with serve(demo_dsn, stderr=log, MCP_MAX_REQUEST_BYTES="65536") as running:
         async with httpx.AsyncClient(timeout=30) as http:
@@ -181,12 +182,13 @@ async def test_deep_and_large_bodies_get_errors_with_ids_over_http(
             assert reply.status_code == 413 and reply.json()["id"] == 51
             assert "MCP_MAX_REQUEST_BYTES" in reply.json()["error"]["message"]
             cases = [(b"[" * DEEP + b"]" * DEEP, None), (_nested(41, DEEP), 41)]
-            for body, answer_id in [*cases, (_nested(42, 300), 42)]:
+            surrogate = b'{"jsonrpc":"2.0","id":43,"method":"ping","params":{"a":"\\udc00"}}'
+            for body, answer_id in [*cases, (_nested(42, 300), 42), (surrogate, 43)]:
                 reply = await http.post(running.mcp, content=body, headers=V1)
                 assert reply.status_code == 400, reply.text
                 error = reply.json()
                 assert error["id"] == answer_id and error["error"]["code"] == -32600
-                assert "nested deeper than 128" in error["error"]["message"]
+                assert answer_id == 43 or "nested deeper than 128" in error["error"]["message"]
             reply = await http.post(running.mcp, json=QUERY, headers=V1)
             assert reply.status_code == 200
     text = log.read_text()

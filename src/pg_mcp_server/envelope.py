@@ -11,17 +11,21 @@ id gets one with `"id": null`, unparseable input gets -32700, and no answer echo
 (ids over `MAX_ID` characters are not echoed either). A message nested deeper than `MAX_DEPTH`
 gets -32600 with its id (idscan.py reads it without parsing the message): the SDK's parser
 drops one nested near 200 levels, and one nested a few thousand deep made Python's json raise
-RecursionError, which ended the stdio session and was a 500 over HTTP. Notifications and
-responses are never answered, as JSON-RPC says; a broken one is only logged.
+RecursionError, which ended the stdio session and was a 500 over HTTP. A string holding a
+lone UTF-16 surrogate (`"\\ud800"`), which Python's json takes and the SDK's parser refuses,
+gets -32600 with its id too. Notifications and responses are never answered, as JSON-RPC
+says; a broken one is only logged.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 
 from pg_mcp_server.idscan import MAX_ID, addressee
@@ -36,6 +40,7 @@ MAX_METHOD = 200  # characters of a method name (every MCP method is far shorter
 # (pydantic-core) gives up near 200 and drops the message unanswered; Python's json module
 # raises RecursionError near 1000. No MCP message needs more than a handful.
 MAX_DEPTH = 128
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escape of a UTF-16 surrogate
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,21 @@ def parse(raw: bytes | str) -> tuple[Any, Rejection | None]:
         return None, Rejection(PARSE_ERROR, "Parse error: not valid JSON", None, True)
     if _nested_deeper(message, data):
         return None, too_deep(data)
+    if _SURROGATE.search(data) and _not_unicode(data):
+        answer, request_id = addressee(data)
+        problem = "Invalid Request: a string holds a lone UTF-16 surrogate, which is not text"
+        return None, Rejection(INVALID_REQUEST, problem, request_id, answer)
     return message, check(message)
+
+
+def _not_unicode(data: bytes) -> bool:
+    """Python's json takes a lone surrogate (`"\\ud800"`); the SDK's parser refuses the
+    message, which then goes unanswered over stdio and gets `"id": null` over HTTP."""
+    try:
+        pydantic_core.from_json(data)
+    except ValueError:
+        return True
+    return False
 
 
 def too_deep(data: bytes) -> Rejection:
