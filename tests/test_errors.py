@@ -183,3 +183,16 @@ async def test_lost_connections_are_replaced(canary_dsn: str) -> None:
         # The dead connection is noticed (at checkout, or when the call fails on it and runs
         # again once) and replaced by a new one.
         assert (await call(client, "list_schemas"))["total_count"] >= 1
+
+
+async def test_a_bad_value_in_the_query_is_not_called_a_parameter_error(demo_dsn: str) -> None:
+    """PostgreSQL's class 22 (here a cast of a word to integer, and a division by zero) is
+    about the statement; a value the driver cannot encode is about `params`."""
+    async with connect(demo_dsn) as client:
+        for sql in ("SELECT 'forty'::int", "SELECT 1 / 0"):
+            body = await call_error(client, "execute_query", sql=sql)
+            assert body["error"]["code"] == "INVALID_SQL", body
+            assert "parameter" not in body["error"]["message"].lower()
+            assert body["error"]["context"]["sqlstate"].startswith("22")
+        body = await call_error(client, "execute_query", sql="SELECT $1::int", params=[2**40])
+        assert body["error"]["code"] == "PARAMETER_ERROR"

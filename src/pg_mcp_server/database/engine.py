@@ -553,11 +553,24 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
                 "The configured database does not exist.",
                 suggestion="Check PG_DATABASE (or the database in the DSN).",
             )
-        if isinstance(err, asyncpg.DataError):
-            # Raised by the driver while encoding a bound value, before anything is sent.
+        if (isinstance(err, asyncpg.InterfaceError) and isinstance(err, ValueError)) or (
+            isinstance(err, asyncpg.DataError) and err.message is None
+        ):
+            # The driver's own: a bound value it could not encode, before anything was sent
+            # (raised as a DataError without a server message, or as an InterfaceError).
+            # A DataError PostgreSQL sent, with its message, is class 22, below.
             return ParameterError(
                 f"A parameter value does not fit its type: {err}",
                 suggestion="Check each value in `params` against its $n placeholder's type.",
+            )
+        if isinstance(err, asyncpg.DataError):
+            # PostgreSQL's class 22 (bad input to a cast, division by zero, out of range):
+            # about the statement's values, bound or written in it.
+            return InvalidSqlError(
+                err.message,
+                suggestion="A value could not be converted or computed: check the literals, "
+                "casts and arithmetic in the query, and the values in `params`.",
+                context=pg_context(err),
             )
         if isinstance(
             err,
