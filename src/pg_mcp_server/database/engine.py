@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import asyncpg
@@ -95,6 +96,54 @@ STATEMENT_CACHE = 100  # prepared statements kept per connection (asyncpg's defa
 # inherited by the tasks that serve it), so a request whose client went away can have its
 # queries cancelled.
 request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", default=None)
+
+
+@dataclass(frozen=True)
+class Prelude:
+    """Our own statements sent with a transaction's BEGIN, in the same message (the guard's
+    relation locks, see freshness.py): what they lock, by oid, and by name for a lock-wait
+    error."""
+
+    sql: str
+    locked: dict[int, str]
+    names: tuple[str, ...]
+    # Called when a relation it names is gone (dropped, renamed, its schema renamed): the
+    # guard reads its facts again, and the call runs once more (StatementChangedError).
+    gone: Callable[[], None] = lambda: None
+
+
+@dataclass(eq=False)
+class Transaction:
+    """The explicit read-only transaction one use of a connection runs in: its timeout, and
+    the relations the guard has locked in it so far (oid -> what the lock named), which its
+    ROLLBACK releases."""
+
+    conn: asyncpg.Connection
+    timeout_ms: int
+    locked: dict[int, str] = field(default_factory=dict)
+
+
+# The transaction of the `read_only(explicit=True)` block the current task is in.
+_transaction: ContextVar[Transaction | None] = ContextVar("transaction", default=None)
+
+
+def transaction_of(conn: asyncpg.Connection) -> Transaction | None:
+    """The explicit transaction `conn` is in for the current block, if the engine began it."""
+    found = _transaction.get()
+    return found if found is not None and found.conn is conn else None
+
+
+def lock_wait_error(names: tuple[str, ...], ms: int) -> QueryTimeoutError:
+    """A lock wait the call's timeout ended: another session holds a conflicting lock (a
+    schema change, VACUUM FULL, REINDEX, an explicit LOCK) on one of `names`."""
+    what = names[0] if len(names) == 1 else "one of " + ", ".join(names[:10])
+    return QueryTimeoutError(
+        f"Waited {ms} ms for a lock on {what}: another session holds a conflicting lock on it "
+        "(a schema change, VACUUM FULL or an explicit LOCK in an open transaction).",
+        suggestion="Try again once that session has committed or rolled back; an "
+        "administrator can find it in pg_locks / pg_stat_activity.",
+        context={"timeout_ms": ms, "waiting_for": "lock", "relations": list(names)},
+    )
 
 
 class StatementChangedError(InvalidSqlError):
@@ -266,15 +315,20 @@ class Database:
 
     @asynccontextmanager
     async def read_only(
-        self, timeout_ms: int | None = None, *, explicit: bool = False
+        self,
+        timeout_ms: int | None = None,
+        *,
+        explicit: bool = False,
+        prelude: Prelude | None = None,
     ) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection for SQL a caller wrote: each statement read-only under the
         statement timeout (the caller's, when lower), nothing ever committed. `explicit`: in
-        one `BEGIN READ ONLY` transaction (for blocks that run more than one such statement,
-        so that none can change what the next runs under)."""
+        one `BEGIN READ ONLY` transaction, always rolled back (what the guard checks and
+        what it locks hold until the statement ends; a NOTIFY is never delivered), with
+        `prelude` sent in BEGIN's message."""
         ms = self.timeout_ms(timeout_ms)
         begin = explicit or ms < self.settings.statement_timeout
-        async with self._use(ms, begin) as conn:
+        async with self._use(ms, begin, prelude) as conn:
             yield conn
 
     @asynccontextmanager
@@ -292,15 +346,23 @@ class Database:
         *,
         own: bool = False,
         explicit: bool = False,
+        prelude: Callable[[], Prelude | None] | None = None,
     ) -> T:
-        """`work(conn)` in `read_only(timeout_ms)` (`own`: in `session()`), run once more on
+        """`work(conn)` in `read_only(timeout_ms, explicit=..., prelude=prelude())` (`own`: in
+        `session()`), run once more on
         another connection when the first turned out to be dead, or in a new transaction when
         a prepared statement no longer fits its tables. Every tool only reads, so running it
         again is safe. The one place calls are retried."""
         probing = None
         try:
             for attempt in (1, 2):
-                use = self.session() if own else self.read_only(timeout_ms, explicit=explicit)
+                use = (
+                    self.session()
+                    if own
+                    else self.read_only(
+                        timeout_ms, explicit=explicit, prelude=prelude() if prelude else None
+                    )
+                )
                 try:
                     async with use as conn:
                         return await work(conn)
@@ -319,14 +381,17 @@ class Database:
                 _probing.reset(probing)
 
     @asynccontextmanager
-    async def _use(self, ms: int, begin: bool) -> AsyncIterator[asyncpg.Connection]:
+    async def _use(
+        self, ms: int, begin: bool, prelude: Prelude | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
         """Check out, begin if asked (always behind a transaction pooler), map failures to
         PgMcpErrors, and release in the background."""
         try:
             sa_conn, conn = await self._checkout()
         except Exception as exc:
             raise _mapped(exc, ms) from None
-        explicit = begin or bool(self.pooled)
+        explicit = begin or bool(self.pooled) or prelude is not None
+        transaction = _transaction.set(Transaction(conn, ms) if explicit else None)
         reused = conn in self._used
         self._used.add(conn)
         backends = None if self.pooled else request_backends.get()
@@ -335,7 +400,7 @@ class Database:
             backends.add(pid)
         try:
             if explicit:
-                await conn.execute(_BEGIN.format(ms=ms))
+                await self._begin(conn, ms, prelude)
             yield conn
         except PgMcpError:
             raise
@@ -347,9 +412,29 @@ class Database:
                 ) from None
             raise mapped from None
         finally:
+            _transaction.reset(transaction)
             if backends is not None:
                 backends.discard(pid)
             self._release(sa_conn, conn, explicit)
+
+    async def _begin(self, conn: asyncpg.Connection, ms: int, prelude: Prelude | None) -> None:
+        """BEGIN READ ONLY with the call's timeout, and the prelude in the same message: its
+        lock waits end with the call's timeout, as an error naming what it waited for."""
+        if prelude is None or not prelude.sql:
+            await conn.execute(_BEGIN.format(ms=ms))
+            return
+        try:
+            await conn.execute(f"{_BEGIN.format(ms=ms)}; {prelude.sql}")
+        except asyncpg.QueryCanceledError:
+            raise lock_wait_error(prelude.names, ms) from None
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            prelude.gone()
+            raise StatementChangedError(
+                "A relation the query reads was renamed or dropped since it was checked"
+            ) from None
+        found = transaction_of(conn)
+        assert found is not None
+        found.locked.update(prelude.locked)
 
     def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection, began: bool) -> None:
         """Roll back and reset in the background: the caller has its answer already, and a

@@ -27,6 +27,12 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.closure import Plan, plan
+from pg_mcp_server.database.engine import (
+    Prelude,
+    StatementChangedError,
+    lock_wait_error,
+    transaction_of,
+)
 from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
 from pg_mcp_server.database.safety import (
@@ -166,6 +172,20 @@ SELECT {SNAPSHOT} AS snapshot,
 """
 
 
+# Relations a statement's parse can lock (the rest, sequences and composite types, run no
+# code of their own).
+_LOCKABLE = frozenset("rpvmf")
+# Our own statement that takes ACCESS SHARE on relations until the transaction ends, without
+# running anything: PREPARE parses and rewrites (which locks every relation it names, and
+# those a view reads) but does not plan or execute, so it needs no privilege on them and
+# works for materialized views and foreign tables, which LOCK TABLE refuses.
+_LOCK = "PREPARE pg_mcp_server_lock AS SELECT FROM {}; DEALLOCATE pg_mcp_server_lock"
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 @dataclass
 class _Checked:
     """A plan with the CHECK arguments and the answers that would mean "nothing changed"."""
@@ -173,7 +193,16 @@ class _Checked:
     plan: Plan
     arguments: list[Any]
     expected: dict[str, Any]
+    # The relations to lock before CHECK: oid -> (key, qualified name). A lock is taken by
+    # name, so it holds the oid the facts name only if that relation's row (its digest) and
+    # its schema's name were, when it was taken, the ones CHECK then finds: the key holds
+    # both, a transaction records the keys it locked, and a relation whose key moved since
+    # (renamed, re-read) is locked again.
+    locks: dict[int, tuple[str, str]] = field(default_factory=dict)
     verified: str | None = None  # the snapshot at which CHECK last found it current
+
+    def to_lock(self, locked: dict[int, str]) -> dict[int, tuple[str, str]]:
+        return {o: kn for o, kn in self.locks.items() if locked.get(o) != kn[0]}
 
 
 @dataclass
@@ -187,12 +216,79 @@ class GuardState:
     _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
     _generation: int = 0
     _busy: bool = False  # the snapshot moved at the last check
+    # Relations a lock found gone (renamed, dropped, their schema renamed): read again, with
+    # the catalog, before the next plan.
+    _gone: set[int] = field(default_factory=set)
     # Sessions whose search path was found to search pg_catalog first.
     _sessions: weakref.WeakSet[asyncpg.Connection] = field(default_factory=weakref.WeakSet)
 
+    def prelude(self, refs: Refs) -> Prelude | None:
+        """The locks a statement's last verified plan needs, to send with its transaction's
+        BEGIN (one round trip fewer); None when there is no such plan yet."""
+        if not self.judge.catalog.loaded:
+            return None
+        key = (refs, self.judge.catalog.generation, self.relations.generation)
+        checked = self._plans.get(key)
+        if checked is None or checked.verified is None or not checked.locks or self._gone:
+            return None
+        return self._prelude(checked.locks)
+
+    def _prelude(self, locks: dict[int, tuple[str, str]]) -> Prelude:
+        names = sorted({name for _, name in locks.values()})
+        return Prelude(
+            _LOCK.format(", ".join(names)),
+            {oid: key for oid, (key, _) in locks.items()},
+            tuple(names),
+            lambda: self._gone.update(locks),
+        )
+
+    async def _lock(
+        self,
+        conn: asyncpg.Connection,
+        locks: dict[int, tuple[str, str]],
+        locked: dict[int, str],
+        timeout_ms: int | None,
+    ) -> None:
+        """Take ACCESS SHARE on the relations a plan reaches, before the check that confirms
+        it: a concurrent CREATE OR REPLACE VIEW, ALTER, DROP, RENAME or policy change holds
+        ACCESS EXCLUSIVE until it commits, so this waits for it (up to the call's timeout),
+        and the check that follows, a statement with a snapshot of its own, sees what it
+        committed. Once granted, nothing can change these relations until the transaction
+        ends."""
+        if not locks:
+            return
+        prelude = self._prelude(locks)
+        try:
+            await conn.execute(prelude.sql)
+        except asyncpg.QueryCanceledError:
+            if timeout_ms is None:
+                raise
+            raise lock_wait_error(prelude.names, timeout_ms) from None
+        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+            # The facts named it, but it is gone: the transaction is lost to the error, so
+            # the call runs once more (Database.run), after the facts are read again.
+            prelude.gone()
+            raise StatementChangedError(
+                "A relation the query reads was renamed or dropped since it was checked"
+            ) from None
+        locked.update(prelude.locked)
+
     async def plan(self, refs: Refs, conn: asyncpg.Connection) -> Plan:
-        """The plan of `refs`, made from facts the check has just found current."""
+        """The plan of `refs`, made from facts the check has just found current, with every
+        relation it reaches locked (ACCESS SHARE, until the transaction ends) before that
+        check: what was judged is what the statement runs (see _lock)."""
+        transaction = transaction_of(conn)
+        if transaction is None and not conn.is_in_transaction():
+            raise RuntimeError("the guard's verdict needs the statement's own transaction")
+        # (in a transaction the engine did not begin, nothing records what is locked: locked
+        # again at each check, which is harmless)
+        locked = transaction.locked if transaction is not None else {}
+        timeout_ms = transaction.timeout_ms if transaction is not None else None
         await self._search_path_first(conn)
+        if self._gone:
+            gone, self._gone = self._gone, set()
+            await self._reload(conn)
+            await self.relations.read(conn, gone, set())
         reread_for_types = False
         for _ in range(MAX_ROUNDS):
             if not self.judge.catalog.loaded:
@@ -207,6 +303,7 @@ class GuardState:
                     reread_for_types = True
                     await self._reload(conn)
                 continue
+            await self._lock(conn, checked.to_lock(locked), locked, timeout_ms)
             if checked.verified is not None and not self._busy:
                 quick = await conn.fetchrow(pin(QUICK))
                 assert quick is not None
@@ -275,6 +372,19 @@ class GuardState:
             self._plans.move_to_end(key)
         return checked
 
+    def _locks(self, rels: list[int]) -> dict[int, tuple[str, str]]:
+        schemas = self.judge.catalog.schemas
+        locks: dict[int, tuple[str, str]] = {}
+        for oid in rels:
+            rel = self.relations.by_oid[oid]
+            schema = schemas.get(rel.schema)
+            # (a schema created since the catalog was read: CHECK sees it, and the next plan
+            # locks the relation)
+            if rel.kind in _LOCKABLE and schema is not None:
+                name = f"{_quoted(schema)}.{_quoted(rel.name)}"
+                locks[oid] = (f"{rel.digest}/{name}", name)
+        return locks
+
     def _arguments(self, plan: Plan) -> _Checked:
         c = self.judge.catalog
         lookups = plan.lookups
@@ -326,7 +436,7 @@ class GuardState:
             *pairs(lookups.relations),
             sorted(lookups.schemas),
         ]
-        return _Checked(plan, arguments, expected)
+        return _Checked(plan, arguments, expected, self._locks(rels))
 
     async def _changed(
         self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection

@@ -220,19 +220,25 @@ def count_and_sum(value: str, separator: str = ":") -> str:
     )
 
 
-# User rows of catalogs too small to key by statement: any change there counts.
+# User rows of catalogs too small to key by statement: any change there counts. And every
+# schema, `public` included: the guard resolves schema names once per catalog read, and locks
+# relations by qualified name (freshness.py), so a schema renamed, and another made with its
+# name, must be seen.
 SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
     ", ".join(
-        f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.{table} t "
-        f"WHERE t.{column} >= {USER_OID})"
-        for table, column in (
-            ("pg_cast", "oid"),
-            ("pg_opclass", "oid"),
-            ("pg_opfamily", "oid"),
-            ("pg_amop", "oid"),
-            ("pg_amproc", "oid"),
-            ("pg_range", "rngtypid"),
-        )
+        [
+            f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.{table} t "
+            f"WHERE t.{column} >= {USER_OID})"
+            for table, column in (
+                ("pg_cast", "oid"),
+                ("pg_opclass", "oid"),
+                ("pg_opfamily", "oid"),
+                ("pg_amop", "oid"),
+                ("pg_amproc", "oid"),
+                ("pg_range", "rngtypid"),
+            )
+        ]
+        + [f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.pg_namespace t)"]
     )
 )
 

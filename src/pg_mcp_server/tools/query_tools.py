@@ -121,6 +121,8 @@ def query_tools() -> list[PgTool]:
                     sensitive=app.sensitive,
                 ),
                 timeout_ms,
+                explicit=True,
+                prelude=lambda: app.guard.prelude(sql),
             )
         except PgMcpError as exc:
             raise await _suggest(app, exc, sql) from None
@@ -178,7 +180,9 @@ def query_tools() -> list[PgTool]:
                     fmt=format,
                     verbose=verbose,
                     buffers=buffers,
-                )
+                ),
+                explicit=True,
+                prelude=lambda: app.guard.prelude(sql),
             )
         except PgMcpError as exc:
             raise await _suggest(app, exc, sql) from None
