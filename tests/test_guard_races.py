@@ -49,6 +49,12 @@ INSERT INTO atk.r VALUES (1, 'a');
 CREATE TABLE atk.p (id int PRIMARY KEY, v text);
 INSERT INTO atk.p VALUES (1, 'a');
 RESET ROLE;
+-- Least privilege: the reader sees a table of a schema it may not use through a view only.
+CREATE SCHEMA hidden;
+CREATE TABLE hidden.h (id int PRIMARY KEY);
+INSERT INTO hidden.h VALUES (1), (2);
+CREATE VIEW public.shown AS SELECT id FROM hidden.h;
+GRANT SELECT ON public.shown TO {reader};
 """
 
 REPLACE_VIEW = "CREATE OR REPLACE VIEW atk.v AS SELECT id, v || atk.evil() AS v FROM atk.t"
@@ -282,3 +288,26 @@ async def test_a_schema_renamed_and_made_again_is_seen(bed: Bed) -> None:
         error = body["error"]
         assert error["code"] == "WRITE_OPERATION_DENIED", error
         assert "atk_old.evil()" in error["context"]["culprit"], error
+
+
+async def test_a_view_over_a_schema_the_role_may_not_use_still_works_and_is_locked(
+    bed: Bed,
+) -> None:
+    """The guard locks by name only relations in schemas the role may use; what the view
+    reads elsewhere is locked by the view's own lock (the rewriter locks it)."""
+    sql = "SELECT id FROM public.shown ORDER BY id"
+    admin = await asyncpg.connect(bed.admin)
+    try:
+        async with server(bed.reader) as client:
+            for _ in range(2):  # the first call, then with its locks sent with BEGIN
+                assert records(await call(client, "execute_query", sql=sql)) == [
+                    {"id": 1},
+                    {"id": 2},
+                ]
+            await admin.execute("BEGIN; LOCK TABLE hidden.h IN ACCESS EXCLUSIVE MODE")
+            body = await call_error(client, "execute_query", sql=sql, timeout_ms=300)
+            assert body["error"]["code"] == "QUERY_TIMEOUT", body
+            assert body["error"]["context"]["relations"] == ['"public"."shown"'], body
+            await admin.execute("COMMIT")
+    finally:
+        await admin.close()

@@ -107,8 +107,9 @@ class Prelude:
     sql: str
     locked: dict[int, str]
     names: tuple[str, ...]
-    # Called when a relation it names is gone (dropped, renamed, its schema renamed): the
-    # guard reads its facts again, and the call runs once more (StatementChangedError).
+    # Called when a relation it names is gone (dropped, renamed, its schema renamed or no
+    # longer usable): the guard reads its facts again, and the call runs once more
+    # (StatementChangedError).
     gone: Callable[[], None] = lambda: None
 
 
@@ -427,7 +428,11 @@ class Database:
             await conn.execute(f"{_BEGIN.format(ms=ms)}; {prelude.sql}")
         except asyncpg.QueryCanceledError:
             raise lock_wait_error(prelude.names, ms) from None
-        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
+        except (
+            asyncpg.UndefinedTableError,
+            asyncpg.InvalidSchemaNameError,
+            asyncpg.InsufficientPrivilegeError,
+        ):
             prelude.gone()
             raise StatementChangedError(
                 "A relation the query reads was renamed or dropped since it was checked"

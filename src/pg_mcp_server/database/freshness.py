@@ -264,9 +264,14 @@ class GuardState:
             if timeout_ms is None:
                 raise
             raise lock_wait_error(prelude.names, timeout_ms) from None
-        except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError):
-            # The facts named it, but it is gone: the transaction is lost to the error, so
-            # the call runs once more (Database.run), after the facts are read again.
+        except (
+            asyncpg.UndefinedTableError,
+            asyncpg.InvalidSchemaNameError,
+            asyncpg.InsufficientPrivilegeError,
+        ):
+            # The facts named it, but it is gone (or its schema's USAGE was revoked): the
+            # transaction is lost to the error, so the call runs once more (Database.run),
+            # after the facts are read again.
             prelude.gone()
             raise StatementChangedError(
                 "A relation the query reads was renamed or dropped since it was checked"
@@ -373,14 +378,16 @@ class GuardState:
         return checked
 
     def _locks(self, rels: list[int]) -> dict[int, tuple[str, str]]:
-        schemas = self.judge.catalog.schemas
+        catalog = self.judge.catalog
         locks: dict[int, tuple[str, str]] = {}
         for oid in rels:
             rel = self.relations.by_oid[oid]
-            schema = schemas.get(rel.schema)
-            # (a schema created since the catalog was read: CHECK sees it, and the next plan
-            # locks the relation)
-            if rel.kind in _LOCKABLE and schema is not None:
+            schema = catalog.schemas.get(rel.schema)
+            # Only in schemas the role may name (USAGE): a relation a view reads in a schema
+            # the role cannot use is locked by the view's own lock (the rewriter locks what a
+            # view reads, whoever may name it). A schema created since the catalog was read
+            # is seen by CHECK, and the next plan locks the relation.
+            if rel.kind in _LOCKABLE and schema is not None and rel.schema in catalog.usable:
                 name = f"{_quoted(schema)}.{_quoted(rel.name)}"
                 locks[oid] = (f"{rel.digest}/{name}", name)
         return locks

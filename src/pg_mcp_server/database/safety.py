@@ -253,7 +253,8 @@ SELECT
   current_user AS role,
   {TRUSTED_ROLES} AS trusted,
   {SMALL_CATALOGS} AS small,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname))
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
+      pg_catalog.has_schema_privilege(n.oid, 'USAGE')))
    FROM pg_catalog.pg_namespace n) AS schemas,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
@@ -346,6 +347,7 @@ class Catalog:
     small: str = ""
     schemas: dict[int, str] = field(default_factory=dict)
     schema_oids: dict[str, int] = field(default_factory=dict)
+    usable: set[int] = field(default_factory=set)  # schemas the role may name (USAGE)
     functions: dict[int, Function] = field(default_factory=dict)
     functions_named: dict[str, list[Function]] = field(default_factory=dict)
     operators: dict[int, Operator] = field(default_factory=dict)
@@ -379,7 +381,8 @@ class Catalog:
         return catalog
 
     def _fill(self, row: asyncpg.Record) -> None:
-        self.schemas = {oid: name for oid, name in rows(row["schemas"])}
+        self.schemas = {oid: name for oid, name, _ in rows(row["schemas"])}
+        self.usable = {oid for oid, _, usage in rows(row["schemas"]) if usage}
         self.schema_oids = {name: oid for oid, name in self.schemas.items()}
         self.role = row["role"]
         self.path_names = tuple(row["path"])
