@@ -55,6 +55,10 @@ CREATE TABLE hidden.h (id int PRIMARY KEY);
 INSERT INTO hidden.h VALUES (1), (2);
 CREATE VIEW public.shown AS SELECT id FROM hidden.h;
 GRANT SELECT ON public.shown TO {reader};
+-- A trusted role's function that lies about what it does (STABLE, yet it sends a NOTIFY):
+-- what gets past the guard, for the backstop to catch.
+CREATE FUNCTION public.notify_stable(text, text) RETURNS void STABLE LANGUAGE internal
+    AS 'pg_notify';
 """
 
 REPLACE_VIEW = "CREATE OR REPLACE VIEW atk.v AS SELECT id, v || atk.evil() AS v FROM atk.t"
@@ -311,3 +315,19 @@ async def test_a_view_over_a_schema_the_role_may_not_use_still_works_and_is_lock
             await admin.execute("COMMIT")
     finally:
         await admin.close()
+
+
+async def test_a_notify_that_got_past_the_guard_is_never_delivered(bed: Bed) -> None:
+    """Issue 19, finding 8: the caller's statement runs in an explicit transaction that is
+    rolled back, never committed, and PostgreSQL delivers notifications only at commit."""
+    listener = await asyncpg.connect(bed.admin)
+    heard: list[str] = []
+    await listener.add_listener("atk", lambda *args: heard.append(args[-1]))
+    try:
+        async with server(bed.reader) as client:
+            sql = "SELECT public.notify_stable('atk', 'delivered')::text AS v"
+            assert records(await call(client, "execute_query", sql=sql)) == [{"v": ""}]
+        await listener.execute("SELECT 1")  # a round trip: a NOTIFY sent would be here now
+        assert heard == []
+    finally:
+        await listener.close()

@@ -7,9 +7,11 @@ message). The engine is in AUTOCOMMIT mode so that SQLAlchemy starts no transact
 Connected directly (or through a session-mode pooler), every pooled session is read-only
 (`default_transaction_read_only`) with the server's statement timeout from the moment it opens,
 and is reset after each use (advisory locks, LISTEN, every setting) and set up again before the
-pool can hand it out. A lone statement therefore runs in an implicit read-only transaction: a
-repeated query costs one round trip. An explicit `BEGIN READ ONLY; SET LOCAL statement_timeout`
-comes first (one more round trip) when a caller lowers the timeout, or asks for it.
+pool can hand it out. A lone statement of our own therefore runs in an implicit read-only
+transaction. SQL a caller wrote runs in an explicit `BEGIN READ ONLY; SET LOCAL
+statement_timeout` transaction (`read_only(explicit=True)`), always rolled back, which the
+guard's check and its relation locks share with the statement (see `Transaction`); the locks
+of a known plan go out in BEGIN's message (`Prelude`).
 
 Behind a transaction-mode pooler (PgBouncer, Supavisor) no session state sticks: a SET, a
 prepared statement or the reset may land on another server connection, and another client may

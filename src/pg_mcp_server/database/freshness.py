@@ -9,9 +9,15 @@ names to, their domain constraints, aggregate and extension rows, every relation
 row, columns, rule, policies, defaults, children, indexes), what the relation names resolve to,
 and the user rows of the small catalogs (casts, operator classes and families, ranges). Any
 CREATE, ALTER, DROP or GRANT there adds, removes or replaces such a row: the digest differs,
-the facts are read again, and the verdict is made anew. When the digest matches, the facts are
-those PostgreSQL will use, up to commits in the moment between the check and the statement.
-On a database where something commits all the time, QUICK is skipped while that goes on.
+the facts are read again, and the verdict is made anew. On a database where something commits
+all the time, QUICK is skipped while that goes on.
+
+The check runs in the statement's own transaction, after ACCESS SHARE locks on every relation
+the plan reaches (`GuardState._lock`): DDL on them in another session, committed or not, is
+either waited for and then seen by the check, or must wait for the statement to end. So when
+the digest matches, the relations are those PostgreSQL will use; objects that take no lock
+(functions, operators, types) are as of the check, a round trip before the statement is
+parsed (README, "What the verdict covers").
 """
 
 from __future__ import annotations
