@@ -115,6 +115,16 @@ class Prelude:
     gone: Callable[[], None] = lambda: None
 
 
+# What a lock statement of the guard's (Prelude) raises when a relation it names is gone or
+# no longer what the facts say: the facts are read again and the call runs once more.
+LOCK_FAILURES = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+    asyncpg.InsufficientPrivilegeError,
+    asyncpg.WrongObjectTypeError,
+)
+
+
 @dataclass(eq=False)
 class Transaction:
     """The explicit read-only transaction one use of a connection runs in: its timeout, and
@@ -430,11 +440,7 @@ class Database:
             await conn.execute(f"{_BEGIN.format(ms=ms)}; {prelude.sql}")
         except asyncpg.QueryCanceledError:
             raise lock_wait_error(prelude.names, ms) from None
-        except (
-            asyncpg.UndefinedTableError,
-            asyncpg.InvalidSchemaNameError,
-            asyncpg.InsufficientPrivilegeError,
-        ):
+        except LOCK_FAILURES:
             prelude.gone()
             raise StatementChangedError(
                 "A relation the query reads was renamed or dropped since it was checked"

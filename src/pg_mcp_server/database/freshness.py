@@ -34,6 +34,7 @@ import asyncpg
 from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.closure import Plan, plan
 from pg_mcp_server.database.engine import (
+    LOCK_FAILURES,
     Prelude,
     StatementChangedError,
     lock_wait_error,
@@ -181,11 +182,17 @@ SELECT {SNAPSHOT} AS snapshot,
 # Relations a statement's parse can lock (the rest, sequences and composite types, run no
 # code of their own).
 _LOCKABLE = frozenset("rpvmf")
-# Our own statement that takes ACCESS SHARE on relations until the transaction ends, without
-# running anything: PREPARE parses and rewrites (which locks every relation it names, and
-# those a view reads) but does not plan or execute, so it needs no privilege on them and
-# works for materialized views and foreign tables, which LOCK TABLE refuses.
-_LOCK = "PREPARE pg_mcp_server_lock AS SELECT FROM {}; DEALLOCATE pg_mcp_server_lock"
+# Tables the role may SELECT are locked with LOCK TABLE, which also locks their inheritance
+# children and partitions, whatever the role may do with those, at about a microsecond each.
+# The others are locked by our own statement that PostgreSQL parses and rewrites (taking
+# ACCESS SHARE on every relation it names, and on what a view reads, until the transaction
+# ends) but never plans or runs: no privilege is needed, and it works for views, materialized
+# views and foreign tables. (LOCK TABLE refuses the latter two, and on a view checks its
+# owner's privileges on what it reads; the parse costs ~15 us a relation, too much for every
+# partition of a large table.)
+_TABLES = frozenset("rp")
+_LOCK_TABLE = "LOCK TABLE {} IN ACCESS SHARE MODE"
+_PARSE = "PREPARE pg_mcp_server_lock AS SELECT FROM {}; DEALLOCATE pg_mcp_server_lock"
 
 
 def _quoted(name: str) -> str:
@@ -240,11 +247,14 @@ class GuardState:
         return self._prelude(checked.locks)
 
     def _prelude(self, locks: dict[int, tuple[str, str]]) -> Prelude:
-        names = sorted({name for _, name in locks.values()})
+        tables = sorted({how[6:] for _, how in locks.values() if how.startswith("table ")})
+        parsed = sorted({how[6:] for _, how in locks.values() if how.startswith("parse ")})
+        sql = [_LOCK_TABLE.format(", ".join(tables))] if tables else []
+        sql += [_PARSE.format(", ".join(parsed))] if parsed else []
         return Prelude(
-            _LOCK.format(", ".join(names)),
+            "; ".join(sql),
             {oid: key for oid, (key, _) in locks.items()},
-            tuple(names),
+            tuple(sorted(tables + parsed)),
             lambda: self._gone.update(locks),
         )
 
@@ -270,14 +280,11 @@ class GuardState:
             if timeout_ms is None:
                 raise
             raise lock_wait_error(prelude.names, timeout_ms) from None
-        except (
-            asyncpg.UndefinedTableError,
-            asyncpg.InvalidSchemaNameError,
-            asyncpg.InsufficientPrivilegeError,
-        ):
-            # The facts named it, but it is gone (or its schema's USAGE was revoked): the
-            # transaction is lost to the error, so the call runs once more (Database.run),
-            # after the facts are read again.
+        except LOCK_FAILURES:
+            # The facts named it, but it is gone, or no longer what they say (its kind, or a
+            # privilege revoked through a role membership): the transaction is lost to the
+            # error, so the call runs once more (Database.run), after the facts are read
+            # again.
             prelude.gone()
             raise StatementChangedError(
                 "A relation the query reads was renamed or dropped since it was checked"
@@ -384,10 +391,13 @@ class GuardState:
         return checked
 
     def _locks(self, rels: list[int]) -> dict[int, tuple[str, str]]:
+        """oid -> (key, how it is locked: 'table <name>', 'parse <name>' or 'under <key>' for
+        a child that LOCK TABLE on an ancestor locks)."""
         catalog = self.judge.catalog
+        by_oid = self.relations.by_oid
         locks: dict[int, tuple[str, str]] = {}
         for oid in rels:
-            rel = self.relations.by_oid[oid]
+            rel = by_oid[oid]
             schema = catalog.schemas.get(rel.schema)
             # Only in schemas the role may name (USAGE): a relation a view reads in a schema
             # the role cannot use is locked by the view's own lock (the rewriter locks what a
@@ -395,7 +405,18 @@ class GuardState:
             # is seen by CHECK, and the next plan locks the relation.
             if rel.kind in _LOCKABLE and schema is not None and rel.schema in catalog.usable:
                 name = f"{_quoted(schema)}.{_quoted(rel.name)}"
-                locks[oid] = (f"{rel.digest}/{name}", name)
+                how = "table" if rel.kind in _TABLES and rel.selectable else "parse"
+                locks[oid] = (f"{rel.digest}/{how} {name}", f"{how} {name}")
+        # Children of a table locked with LOCK TABLE are locked with it (the parent's digest
+        # covers its pg_inherits rows: attached or detached since, it is locked again).
+        reached = set(rels)
+        todo = [(o, k) for o, (k, how) in locks.items() if how.startswith("table ")]
+        while todo:
+            parent, key = todo.pop()
+            for child in by_oid[parent].children if parent in by_oid else ():
+                if child in by_oid and child in reached:
+                    locks[child] = (f"{by_oid[child].digest}/under {key}", f"under {key}")
+                    todo.append((child, key))
         return locks
 
     def _arguments(self, plan: Plan) -> _Checked:

@@ -452,6 +452,9 @@ class Relation:
     array_type: int  # the array of its row type
     # a view's definition as SQL (None when it does not parse): its calls with their constants
     view_refs: Refs | None
+    # the server's role may SELECT it, so LOCK TABLE it (a GRANT or REVOKE changes its row,
+    # hence its digest; one through a role membership does not, see freshness._lock)
+    selectable: bool = False
 
 
 # The rows that hang off a relation, by the column that names it.
@@ -517,7 +520,8 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE t.partrelid = c.oid),
     pg_catalog.pg_get_userbyid(c.relowner),
     (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
-    CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END))
+    CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
+    pg_catalog.has_table_privilege(c.oid, 'SELECT')))
 FROM pg_catalog.pg_class c
 WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
@@ -580,6 +584,7 @@ class Relations:
                 owner_name=r[10],
                 array_type=r[11] or 0,
                 view_refs=_view_refs(r[12]),
+                selectable=r[13],
             )
             self.by_oid[rel.oid] = rel
             for typ in (rel.row_type, rel.array_type):
