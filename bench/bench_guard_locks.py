@@ -40,13 +40,22 @@ CREATE TABLE parts (id int PRIMARY KEY, item_id int REFERENCES items (id));
 INSERT INTO parts SELECT g, g FROM generate_series(1, 1000) g;
 CREATE VIEW priced AS SELECT i.id, i.label, i.price, p.id AS part FROM items i JOIN parts p
     ON p.item_id = i.id;
+CREATE TABLE parted (id int, v text) PARTITION BY RANGE (id);
+DO $$ BEGIN
+    FOR k IN 0..999 LOOP
+        EXECUTE format('CREATE TABLE parted_%s PARTITION OF parted FOR VALUES FROM (%s) TO (%s)',
+                       k, k * 10, k * 10 + 10);
+    END LOOP;
+END $$;
 ANALYZE;
 """
+PARTITIONS = ", ".join(["public.parted"] + [f"public.parted_{k}" for k in range(1000)])
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("execute_query", {"sql": "SELECT 1 AS one"}),
     ("execute_query", {"sql": "SELECT id, label FROM items WHERE id <= 10 ORDER BY id"}),
     ("execute_query", {"sql": "SELECT id, label FROM items WHERE id <= 10", "timeout_ms": 5000}),
     ("execute_query", {"sql": "SELECT * FROM priced WHERE id <= 10"}),
+    ("execute_query", {"sql": "SELECT * FROM parted WHERE id = 5"}),
     ("explain_query", {"sql": "SELECT * FROM priced WHERE id <= 10"}),
     ("get_sample_rows", {"table_name": "items"}),
 ]
@@ -93,23 +102,30 @@ async def measure(dsn: str, wire: Relay, database: str) -> None:
 
 
 async def lock_statement(dsn: str) -> None:
-    """What the lock statement adds to BEGIN, alone: BEGIN READ ONLY; SET LOCAL ... with and
-    without PREPARE ... AS SELECT FROM <relations>; DEALLOCATE, then ROLLBACK, on one
-    connection (median / p95 ms of the one message)."""
+    """What the lock statements add to BEGIN, alone: BEGIN READ ONLY; SET LOCAL ... with and
+    without them, then ROLLBACK, on one connection (median / p95 ms of the one message): LOCK
+    TABLE for tables (their partitions with them), the parse-only PREPARE ... AS SELECT FROM
+    <relations>; DEALLOCATE for views, and for comparison the latter on every partition."""
     conn = await asyncpg.connect(dsn)
     begin = "BEGIN READ ONLY; SET LOCAL statement_timeout = 30000"
-    lock = "PREPARE pg_mcp_server_lock AS SELECT FROM {}; DEALLOCATE pg_mcp_server_lock"
+    table = "LOCK TABLE {} IN ACCESS SHARE MODE"
+    parse = "PREPARE pg_mcp_server_lock AS SELECT FROM {}; DEALLOCATE pg_mcp_server_lock"
     cases = {
         "BEGIN alone": begin,
-        "BEGIN + lock 1 table": f"{begin}; {lock.format('public.items')}",
-        "BEGIN + lock a view and its 2 tables": (
-            f"{begin}; {lock.format('public.items, public.parts, public.priced')}"
+        "BEGIN + LOCK TABLE 1 table": f"{begin}; {table.format('public.items')}",
+        "BEGIN + a view and its 2 tables (as the server sends it)": (
+            f"{begin}; {table.format('public.items, public.parts')}; "
+            f"{parse.format('public.priced')}"
         ),
+        "BEGIN + LOCK TABLE a table of 1,000 partitions": (
+            f"{begin}; {table.format('public.parted')}"
+        ),
+        "BEGIN + the same 1,001 relations, parse-only": f"{begin}; {parse.format(PARTITIONS)}",
     }
     try:
         for name, sql in cases.items():
             samples: list[float] = []
-            for _ in range(RUNS * 3):
+            for _ in range(RUNS if "1,00" in name else RUNS * 3):
                 start = time.perf_counter_ns()
                 await conn.execute(sql)
                 samples.append((time.perf_counter_ns() - start) / 1e6)

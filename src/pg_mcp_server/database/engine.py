@@ -29,7 +29,7 @@ import logging
 import socket
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -103,16 +103,20 @@ request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", d
 @dataclass(frozen=True)
 class Prelude:
     """Our own statements sent with a transaction's BEGIN, in the same message (the guard's
-    relation locks, see freshness.py): what they lock, by oid, and by name for a lock-wait
-    error."""
+    relation locks, see freshness.py): what they lock (oid -> the guard's key), and by name
+    (oid -> qualified name) for a lock-wait error."""
 
     sql: str
     locked: dict[int, str]
-    names: tuple[str, ...]
+    named: dict[int, str]
     # Called when a relation it names is gone (dropped, renamed, its schema renamed or no
     # longer usable): the guard reads its facts again, and the call runs once more
     # (StatementChangedError).
     gone: Callable[[], None] = lambda: None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.named.values())))
 
 
 # What a lock statement of the guard's (Prelude) raises when a relation it names is gone or
@@ -146,9 +150,47 @@ def transaction_of(conn: asyncpg.Connection) -> Transaction | None:
     return found if found is not None and found.conn is conn else None
 
 
-def lock_wait_error(names: tuple[str, ...], ms: int) -> QueryTimeoutError:
-    """A lock wait the call's timeout ended: another session holds a conflicting lock (a
-    schema change, VACUUM FULL, REINDEX, an explicit LOCK) on one of `names`."""
+# Which of some relations, or of those their views read (which locking a view, or reading
+# its definition, locks too), another session holds in the one mode that conflicts with
+# ACCESS SHARE, by name (always quoted, as the guard writes names).
+_HOLDERS = """
+WITH RECURSIVE rels(oid) AS (
+    SELECT k.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS k(oid)
+    UNION
+    SELECT d.refobjid FROM rels
+    JOIN pg_catalog.pg_rewrite r ON r.ev_class = rels.oid
+    JOIN pg_catalog.pg_depend d ON d.objid = r.oid
+     AND d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+     AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass)
+SELECT DISTINCT '"' || pg_catalog.replace(n.nspname::pg_catalog.text, '"', '""') || '"."'
+       || pg_catalog.replace(c.relname::pg_catalog.text, '"', '""') || '"' AS name
+FROM pg_catalog.pg_locks l
+JOIN pg_catalog.pg_class c ON c.oid = l.relation
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock'
+  AND l.relation IN (SELECT rels.oid FROM rels)
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                    WHERE d.datname = pg_catalog.current_database())
+ORDER BY 1
+"""
+
+
+async def lock_wait_error(
+    conn: asyncpg.Connection, oids: Collection[int], ms: int, names: tuple[str, ...] = ()
+) -> QueryTimeoutError | None:
+    """The error for a statement the call's timeout ended while it may have waited for a lock
+    on one of `oids`: which ones another session holds (a schema change, VACUUM FULL, an
+    explicit LOCK) is asked of pg_locks once the transaction is rolled back (its own wait
+    gone). None when none is held and no `names` were given (the statement was just slow)."""
+    try:
+        await conn.execute("ROLLBACK")
+        held = tuple(r["name"] for r in await conn.fetch(pin(_HOLDERS), sorted(oids)))
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        logger.debug("could not tell which lock a call waited for (%s)", _reason(exc))
+        held = ()
+    names = held or names
+    if not names:
+        return None
     what = names[0] if len(names) == 1 else "one of " + ", ".join(names[:10])
     return QueryTimeoutError(
         f"Waited {ms} ms for a lock on {what}: another session holds a conflicting lock on it "
@@ -439,7 +481,9 @@ class Database:
         try:
             await conn.execute(f"{_BEGIN.format(ms=ms)}; {prelude.sql}")
         except asyncpg.QueryCanceledError:
-            raise lock_wait_error(prelude.names, ms) from None
+            error = await lock_wait_error(conn, prelude.locked, ms, prelude.names)
+            assert error is not None
+            raise error from None
         except LOCK_FAILURES:
             prelude.gone()
             raise StatementChangedError(

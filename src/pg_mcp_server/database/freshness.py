@@ -37,6 +37,7 @@ from pg_mcp_server.database.engine import (
     LOCK_FAILURES,
     Prelude,
     StatementChangedError,
+    Transaction,
     lock_wait_error,
     transaction_of,
 )
@@ -247,14 +248,15 @@ class GuardState:
         return self._prelude(checked.locks)
 
     def _prelude(self, locks: dict[int, tuple[str, str]]) -> Prelude:
-        tables = sorted({how[6:] for _, how in locks.values() if how.startswith("table ")})
-        parsed = sorted({how[6:] for _, how in locks.values() if how.startswith("parse ")})
+        named = {oid: how[6:] for oid, (_, how) in locks.items() if not how.startswith("under")}
+        tables = sorted({name for oid, name in named.items() if locks[oid][1][:5] == "table"})
+        parsed = sorted({name for oid, name in named.items() if locks[oid][1][:5] == "parse"})
         sql = [_LOCK_TABLE.format(", ".join(tables))] if tables else []
         sql += [_PARSE.format(", ".join(parsed))] if parsed else []
         return Prelude(
             "; ".join(sql),
             {oid: key for oid, (key, _) in locks.items()},
-            tuple(sorted(tables + parsed)),
+            named,
             lambda: self._gone.update(locks),
         )
 
@@ -279,7 +281,9 @@ class GuardState:
         except asyncpg.QueryCanceledError:
             if timeout_ms is None:
                 raise
-            raise lock_wait_error(prelude.names, timeout_ms) from None
+            error = await lock_wait_error(conn, prelude.locked, timeout_ms, prelude.names)
+            assert error is not None
+            raise error from None
         except LOCK_FAILURES:
             # The facts named it, but it is gone, or no longer what they say (its kind, or a
             # privilege revoked through a role membership): the transaction is lost to the
@@ -296,6 +300,26 @@ class GuardState:
         relation it reaches locked (ACCESS SHARE, until the transaction ends) before that
         check: what was judged is what the statement runs (see _lock)."""
         transaction = transaction_of(conn)
+        involved: set[int] = set()
+        try:
+            return await self._plan(refs, conn, transaction, involved)
+        except asyncpg.QueryCanceledError:
+            # Reading the facts waits for locks too (a view's definition is read with the
+            # relations it reads locked): say so when that is what the timeout ended.
+            if transaction is None:
+                raise
+            error = await lock_wait_error(conn, involved, transaction.timeout_ms)
+            if error is None:
+                raise
+            raise error from None
+
+    async def _plan(
+        self,
+        refs: Refs,
+        conn: asyncpg.Connection,
+        transaction: Transaction | None,
+        involved: set[int],
+    ) -> Plan:
         if transaction is None and not conn.is_in_transaction():
             raise RuntimeError("the guard's verdict needs the statement's own transaction")
         # (in a transaction the engine did not begin, nothing records what is locked: locked
@@ -313,6 +337,7 @@ class GuardState:
                 await self._reload(conn)
             checked = self._checked(refs)
             plan = checked.plan
+            involved |= plan.missing_relations | set(plan.user_oids(RELATION, ROW))
             if plan.missing_relations or plan.missing_types:
                 await self.relations.read(conn, plan.missing_relations, plan.missing_types)
                 if plan.missing_types - set(self.relations.by_row_type):
