@@ -175,7 +175,10 @@ async def test_every_builtin_that_changes_state_is_refused(scratch_dsn: str) -> 
     try:
         for sql, what in found.offenders.items():
             try:
-                await guard.check(sql, conn)
+                # (a verdict is for the transaction its statement runs in: the guard locks
+                # the relations it rests on there)
+                async with conn.transaction(readonly=True):
+                    await guard.check(sql, conn)
             except WriteOperationDeniedError:
                 continue
             except PgMcpError as exc:  # any other refusal is a gap in the guard's rules

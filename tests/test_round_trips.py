@@ -1,8 +1,8 @@
 """Round trips between the server and PostgreSQL, counted on the wire by a relay (wire.py):
 a repeated query on a warm connection is one flight before its answer (and one for the reset
 after it, in the background); a lower timeout_ms costs one more; so does a new statement (and
-two for the redaction facts of a table not seen before); the guard's check before it one
-more."""
+two for the redaction facts of a table not seen before); a whole guarded call is BEGIN with
+the guard's locks, its check, and the statement."""
 
 from __future__ import annotations
 
@@ -58,13 +58,13 @@ async def _settled(dsn: str) -> None:
 
 
 async def _flights(
-    wired: tuple[Relay, Database, str], work: Any, timeout_ms: int | None = None
+    wired: tuple[Relay, Database, str], work: Any, timeout_ms: int | None = None, **use: Any
 ) -> tuple[int, int]:
     """Flights before `work`'s answer, and after it (the background reset)."""
     running, db, dsn = wired
     await _settled(dsn)
     start = running.flights
-    await db.run(work, timeout_ms)
+    await db.run(work, timeout_ms, **use)
     answered = running.flights  # the reset task has not run yet: nothing awaited since
     await _settled(dsn)
     return answered - start, running.flights - answered
@@ -105,16 +105,20 @@ async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
     assert await _flights(wired, query) == (1, 1)
     # A caller's lower timeout: BEGIN READ ONLY; SET LOCAL statement_timeout first.
     assert await _flights(wired, query, timeout_ms=2000) == (2, 1)
-    # The whole call adds the guard's check (guard.py): one statement on the same connection
-    # confirming its catalog facts (once it has settled: the first calls after new SQL or a
-    # commit read more). So a repeated execute_query is 2 round trips; EXPLAIN ANALYZE too (its
-    # statement prepared once, then one Bind/Execute whatever the format).
+    # The whole call runs in one explicit read-only transaction, rolled back, so that the
+    # guard's verdict holds until the statement ends (freshness.py): BEGIN, carrying the locks
+    # on the relations the statement's known plan reaches (engine.Prelude), then the guard's
+    # check, one statement confirming its catalog facts (once it has settled: the first calls
+    # after new SQL or a commit read more), then the statement. So a repeated execute_query is
+    # 3 round trips (2 before the locks, issue 19); EXPLAIN ANALYZE too (its statement
+    # prepared once, then one Bind/Execute whatever the format).
 
     async def checked(conn: asyncpg.Connection) -> Any:
         await guard.check(SQL, conn)
         return await query(conn)
 
-    for work in (plan, checked):
-        await _flights(wired, work)
-        await _flights(wired, work)
-        assert await _flights(wired, work) == (2, 1)
+    for work, sql in ((plan, "SELECT * FROM items WHERE id = $1"), (checked, SQL)):
+        use: dict[str, Any] = {"explicit": True, "prelude": lambda sql=sql: guard.prelude(sql)}
+        await _flights(wired, work, **use)
+        await _flights(wired, work, **use)
+        assert await _flights(wired, work, **use) == (3, 1)

@@ -8,9 +8,11 @@ Connected directly (or through a session-mode pooler), every pooled session is r
 (`default_transaction_read_only`) with the server's statement timeout from the moment it opens,
 and is returned to exactly that state after each use (the login role and session authorization,
 advisory locks, LISTEN, cursors, every setting; see _RESET) before the pool can hand it out.
-A lone statement therefore runs in an implicit read-only transaction: a repeated query costs
-one round trip. An explicit `BEGIN READ ONLY; SET LOCAL statement_timeout`
-comes first (one more round trip) when a caller lowers the timeout, or asks for it.
+A lone statement of our own therefore runs in an implicit read-only transaction. SQL a caller
+wrote runs in an explicit `BEGIN READ ONLY; SET LOCAL statement_timeout` transaction
+(`read_only(explicit=True)`), always rolled back, which the guard's check and its relation
+locks share with the statement (see `Transaction`); the locks of a known plan go out in
+BEGIN's message (`Prelude`).
 
 Behind a transaction-mode pooler (PgBouncer, Supavisor) no session state sticks: a SET, a
 prepared statement or the reset may land on another server connection, and another client may
@@ -29,9 +31,10 @@ import logging
 import socket
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import asyncpg
@@ -138,6 +141,107 @@ STATEMENT_CACHE = 100  # prepared statements kept per connection (asyncpg's defa
 # inherited by the tasks that serve it), so a request whose client went away can have its
 # queries cancelled.
 request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", default=None)
+
+
+@dataclass(frozen=True)
+class Prelude:
+    """Our own statements sent with a transaction's BEGIN, in the same message (the guard's
+    relation locks, see freshness.py): what they lock (oid -> the guard's key), and by name
+    (oid -> qualified name) for a lock-wait error."""
+
+    sql: str
+    locked: dict[int, str]
+    named: dict[int, str]
+    # Called when a relation it names is gone (dropped, renamed, its schema renamed or no
+    # longer usable): the guard reads its facts again, and the call runs once more
+    # (StatementChangedError).
+    gone: Callable[[], None] = lambda: None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.named.values())))
+
+
+# What a lock statement of the guard's (Prelude) raises when a relation it names is gone or
+# no longer what the facts say: the facts are read again and the call runs once more.
+LOCK_FAILURES = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+    asyncpg.InsufficientPrivilegeError,
+    asyncpg.WrongObjectTypeError,
+)
+
+
+@dataclass(eq=False)
+class Transaction:
+    """The explicit read-only transaction one use of a connection runs in: its timeout, and
+    the relations the guard has locked in it so far (oid -> what the lock named), which its
+    ROLLBACK releases."""
+
+    conn: asyncpg.Connection
+    timeout_ms: int
+    locked: dict[int, str] = field(default_factory=dict)
+
+
+# The transaction of the `read_only(explicit=True)` block the current task is in.
+_transaction: ContextVar[Transaction | None] = ContextVar("transaction", default=None)
+
+
+def transaction_of(conn: asyncpg.Connection) -> Transaction | None:
+    """The explicit transaction `conn` is in for the current block, if the engine began it."""
+    found = _transaction.get()
+    return found if found is not None and found.conn is conn else None
+
+
+# Which of some relations, or of those their views read (which locking a view, or reading
+# its definition, locks too), another session holds in the one mode that conflicts with
+# ACCESS SHARE, by name (always quoted, as the guard writes names).
+_HOLDERS = """
+WITH RECURSIVE rels(oid) AS (
+    SELECT k.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS k(oid)
+    UNION
+    SELECT d.refobjid FROM rels
+    JOIN pg_catalog.pg_rewrite r ON r.ev_class = rels.oid
+    JOIN pg_catalog.pg_depend d ON d.objid = r.oid
+     AND d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+     AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass)
+SELECT DISTINCT '"' || pg_catalog.replace(n.nspname::pg_catalog.text, '"', '""') || '"."'
+       || pg_catalog.replace(c.relname::pg_catalog.text, '"', '""') || '"' AS name
+FROM pg_catalog.pg_locks l
+JOIN pg_catalog.pg_class c ON c.oid = l.relation
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock'
+  AND l.relation IN (SELECT rels.oid FROM rels)
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                    WHERE d.datname = pg_catalog.current_database())
+ORDER BY 1
+"""
+
+
+async def lock_wait_error(
+    conn: asyncpg.Connection, oids: Collection[int], ms: int, names: tuple[str, ...] = ()
+) -> QueryTimeoutError | None:
+    """The error for a statement the call's timeout ended while it may have waited for a lock
+    on one of `oids`: which ones another session holds (a schema change, VACUUM FULL, an
+    explicit LOCK) is asked of pg_locks once the transaction is rolled back (its own wait
+    gone). None when none is held and no `names` were given (the statement was just slow)."""
+    try:
+        await conn.execute("ROLLBACK")
+        held = tuple(r["name"] for r in await conn.fetch(pin(_HOLDERS), sorted(oids)))
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        logger.debug("could not tell which lock a call waited for (%s)", _reason(exc))
+        held = ()
+    names = held or names
+    if not names:
+        return None
+    what = names[0] if len(names) == 1 else "one of " + ", ".join(names[:10])
+    return QueryTimeoutError(
+        f"Waited {ms} ms for a lock on {what}: another session holds a conflicting lock on it "
+        "(a schema change, VACUUM FULL or an explicit LOCK in an open transaction).",
+        suggestion="Try again once that session has committed or rolled back; an "
+        "administrator can find it in pg_locks / pg_stat_activity.",
+        context={"timeout_ms": ms, "waiting_for": "lock", "relations": list(names)},
+    )
 
 
 class StatementChangedError(InvalidSqlError):
@@ -326,15 +430,20 @@ class Database:
 
     @asynccontextmanager
     async def read_only(
-        self, timeout_ms: int | None = None, *, explicit: bool = False
+        self,
+        timeout_ms: int | None = None,
+        *,
+        explicit: bool = False,
+        prelude: Prelude | None = None,
     ) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection for SQL a caller wrote: each statement read-only under the
         statement timeout (the caller's, when lower), nothing ever committed. `explicit`: in
-        one `BEGIN READ ONLY` transaction (for blocks that run more than one such statement,
-        so that none can change what the next runs under)."""
+        one `BEGIN READ ONLY` transaction, always rolled back (what the guard checks and
+        what it locks hold until the statement ends; a NOTIFY is never delivered), with
+        `prelude` sent in BEGIN's message."""
         ms = self.timeout_ms(timeout_ms)
         begin = explicit or ms < self.settings.statement_timeout
-        async with self._use(ms, begin) as conn:
+        async with self._use(ms, begin, prelude) as conn:
             yield conn
 
     @asynccontextmanager
@@ -352,15 +461,23 @@ class Database:
         *,
         own: bool = False,
         explicit: bool = False,
+        prelude: Callable[[], Prelude | None] | None = None,
     ) -> T:
-        """`work(conn)` in `read_only(timeout_ms)` (`own`: in `session()`), run once more on
+        """`work(conn)` in `read_only(timeout_ms, explicit=..., prelude=prelude())` (`own`: in
+        `session()`), run once more on
         another connection when the first turned out to be dead, or in a new transaction when
         a prepared statement no longer fits its tables. Every tool only reads, so running it
         again is safe. The one place calls are retried."""
         probing = None
         try:
             for attempt in (1, 2):
-                use = self.session() if own else self.read_only(timeout_ms, explicit=explicit)
+                use = (
+                    self.session()
+                    if own
+                    else self.read_only(
+                        timeout_ms, explicit=explicit, prelude=prelude() if prelude else None
+                    )
+                )
                 try:
                     async with use as conn:
                         return await work(conn)
@@ -379,14 +496,17 @@ class Database:
                 _probing.reset(probing)
 
     @asynccontextmanager
-    async def _use(self, ms: int, begin: bool) -> AsyncIterator[asyncpg.Connection]:
+    async def _use(
+        self, ms: int, begin: bool, prelude: Prelude | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
         """Check out, begin if asked (always behind a transaction pooler), map failures to
         PgMcpErrors, and release in the background."""
         try:
             sa_conn, conn = await self._checkout()
         except Exception as exc:
             raise _mapped(exc, ms) from None
-        explicit = begin or bool(self.pooled)
+        explicit = begin or bool(self.pooled) or prelude is not None
+        transaction = _transaction.set(Transaction(conn, ms) if explicit else None)
         reused = conn in self._used
         self._used.add(conn)
         backends = None if self.pooled else request_backends.get()
@@ -395,7 +515,7 @@ class Database:
             backends.add(pid)
         try:
             if explicit:
-                await conn.execute(_BEGIN.format(ms=ms))
+                await self._begin(conn, ms, prelude)
             yield conn
         except PgMcpError:
             raise
@@ -407,9 +527,31 @@ class Database:
                 ) from None
             raise mapped from None
         finally:
+            _transaction.reset(transaction)
             if backends is not None:
                 backends.discard(pid)
             self._release(sa_conn, conn, explicit)
+
+    async def _begin(self, conn: asyncpg.Connection, ms: int, prelude: Prelude | None) -> None:
+        """BEGIN READ ONLY with the call's timeout, and the prelude in the same message: its
+        lock waits end with the call's timeout, as an error naming what it waited for."""
+        if prelude is None or not prelude.sql:
+            await conn.execute(_BEGIN.format(ms=ms))
+            return
+        try:
+            await conn.execute(f"{_BEGIN.format(ms=ms)}; {prelude.sql}")
+        except asyncpg.QueryCanceledError:
+            error = await lock_wait_error(conn, prelude.locked, ms, prelude.names)
+            assert error is not None
+            raise error from None
+        except LOCK_FAILURES:
+            prelude.gone()
+            raise StatementChangedError(
+                "A relation the query reads was renamed or dropped since it was checked"
+            ) from None
+        found = transaction_of(conn)
+        assert found is not None
+        found.locked.update(prelude.locked)
 
     def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection, began: bool) -> None:
         """Roll back and reset in the background: the caller has its answer already, and a

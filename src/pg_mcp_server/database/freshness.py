@@ -9,9 +9,15 @@ names to, their domain constraints, aggregate and extension rows, every relation
 row, columns, rule, policies, defaults, children, indexes), what the relation names resolve to,
 and the user rows of the small catalogs (casts, operator classes and families, ranges). Any
 CREATE, ALTER, DROP or GRANT there adds, removes or replaces such a row: the digest differs,
-the facts are read again, and the verdict is made anew. When the digest matches, the facts are
-those PostgreSQL will use, up to commits in the moment between the check and the statement.
-On a database where something commits all the time, QUICK is skipped while that goes on.
+the facts are read again, and the verdict is made anew. On a database where something commits
+all the time, QUICK is skipped while that goes on.
+
+The check runs in the statement's own transaction, after ACCESS SHARE locks on every relation
+the plan reaches (`GuardState._lock`): DDL on them in another session, committed or not, is
+either waited for and then seen by the check, or must wait for the statement to end. So when
+the digest matches, the relations are those PostgreSQL will use; objects that take no lock
+(functions, operators, types) are as of the check, a round trip before the statement is
+parsed (README, "What the verdict covers").
 """
 
 from __future__ import annotations
@@ -27,6 +33,14 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.closure import Plan, plan
+from pg_mcp_server.database.engine import (
+    LOCK_FAILURES,
+    Prelude,
+    StatementChangedError,
+    Transaction,
+    lock_wait_error,
+    transaction_of,
+)
 from pg_mcp_server.database.pinned import pin
 from pg_mcp_server.database.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
 from pg_mcp_server.database.safety import (
@@ -166,6 +180,26 @@ SELECT {SNAPSHOT} AS snapshot,
 """
 
 
+# Relations a statement's parse can lock (the rest, sequences and composite types, run no
+# code of their own).
+_LOCKABLE = frozenset("rpvmf")
+# Tables the role may SELECT are locked with LOCK TABLE, which also locks their inheritance
+# children and partitions, whatever the role may do with those, at about a microsecond each.
+# The others are locked by our own statement that PostgreSQL parses and rewrites (taking
+# ACCESS SHARE on every relation it names, and on what a view reads, until the transaction
+# ends) but never plans or runs: no privilege is needed, and it works for views, materialized
+# views and foreign tables. (LOCK TABLE refuses the latter two, and on a view checks its
+# owner's privileges on what it reads; the parse costs ~15 us a relation, too much for every
+# partition of a large table.)
+_TABLES = frozenset("rp")
+_LOCK_TABLE = "LOCK TABLE {} IN ACCESS SHARE MODE"
+_PARSE = "PREPARE pg_mcp_server_lock AS SELECT FROM {}; DEALLOCATE pg_mcp_server_lock"
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
 @dataclass
 class _Checked:
     """A plan with the CHECK arguments and the answers that would mean "nothing changed"."""
@@ -173,7 +207,16 @@ class _Checked:
     plan: Plan
     arguments: list[Any]
     expected: dict[str, Any]
+    # The relations to lock before CHECK: oid -> (key, qualified name). A lock is taken by
+    # name, so it holds the oid the facts name only if that relation's row (its digest) and
+    # its schema's name were, when it was taken, the ones CHECK then finds: the key holds
+    # both, a transaction records the keys it locked, and a relation whose key moved since
+    # (renamed, re-read) is locked again.
+    locks: dict[int, tuple[str, str]] = field(default_factory=dict)
     verified: str | None = None  # the snapshot at which CHECK last found it current
+
+    def to_lock(self, locked: dict[int, str]) -> dict[int, tuple[str, str]]:
+        return {o: kn for o, kn in self.locks.items() if locked.get(o) != kn[0]}
 
 
 @dataclass
@@ -187,18 +230,114 @@ class GuardState:
     _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
     _generation: int = 0
     _busy: bool = False  # the snapshot moved at the last check
+    # Relations a lock found gone (renamed, dropped, their schema renamed): read again, with
+    # the catalog, before the next plan.
+    _gone: set[int] = field(default_factory=set)
     # Sessions whose search path was found to search pg_catalog first.
     _sessions: weakref.WeakSet[asyncpg.Connection] = field(default_factory=weakref.WeakSet)
 
+    def prelude(self, refs: Refs) -> Prelude | None:
+        """The locks a statement's last verified plan needs, to send with its transaction's
+        BEGIN (one round trip fewer); None when there is no such plan yet."""
+        if not self.judge.catalog.loaded:
+            return None
+        key = (refs, self.judge.catalog.generation, self.relations.generation)
+        checked = self._plans.get(key)
+        if checked is None or checked.verified is None or not checked.locks or self._gone:
+            return None
+        return self._prelude(checked.locks)
+
+    def _prelude(self, locks: dict[int, tuple[str, str]]) -> Prelude:
+        named = {oid: how[6:] for oid, (_, how) in locks.items() if not how.startswith("under")}
+        tables = sorted({name for oid, name in named.items() if locks[oid][1][:5] == "table"})
+        parsed = sorted({name for oid, name in named.items() if locks[oid][1][:5] == "parse"})
+        sql = [_LOCK_TABLE.format(", ".join(tables))] if tables else []
+        sql += [_PARSE.format(", ".join(parsed))] if parsed else []
+        return Prelude(
+            "; ".join(sql),
+            {oid: key for oid, (key, _) in locks.items()},
+            named,
+            lambda: self._gone.update(locks),
+        )
+
+    async def _lock(
+        self,
+        conn: asyncpg.Connection,
+        locks: dict[int, tuple[str, str]],
+        locked: dict[int, str],
+        timeout_ms: int | None,
+    ) -> None:
+        """Take ACCESS SHARE on the relations a plan reaches, before the check that confirms
+        it: a concurrent CREATE OR REPLACE VIEW, ALTER, DROP, RENAME or policy change holds
+        ACCESS EXCLUSIVE until it commits, so this waits for it (up to the call's timeout),
+        and the check that follows, a statement with a snapshot of its own, sees what it
+        committed. Once granted, nothing can change these relations until the transaction
+        ends."""
+        if not locks:
+            return
+        prelude = self._prelude(locks)
+        try:
+            await conn.execute(prelude.sql)
+        except asyncpg.QueryCanceledError:
+            if timeout_ms is None:
+                raise
+            error = await lock_wait_error(conn, prelude.locked, timeout_ms, prelude.names)
+            assert error is not None
+            raise error from None
+        except LOCK_FAILURES:
+            # The facts named it, but it is gone, or no longer what they say (its kind, or a
+            # privilege revoked through a role membership): the transaction is lost to the
+            # error, so the call runs once more (Database.run), after the facts are read
+            # again.
+            prelude.gone()
+            raise StatementChangedError(
+                "A relation the query reads was renamed or dropped since it was checked"
+            ) from None
+        locked.update(prelude.locked)
+
     async def plan(self, refs: Refs, conn: asyncpg.Connection) -> Plan:
-        """The plan of `refs`, made from facts the check has just found current."""
+        """The plan of `refs`, made from facts the check has just found current, with every
+        relation it reaches locked (ACCESS SHARE, until the transaction ends) before that
+        check: what was judged is what the statement runs (see _lock)."""
+        transaction = transaction_of(conn)
+        involved: set[int] = set()
+        try:
+            return await self._plan(refs, conn, transaction, involved)
+        except asyncpg.QueryCanceledError:
+            # Reading the facts waits for locks too (a view's definition is read with the
+            # relations it reads locked): say so when that is what the timeout ended.
+            if transaction is None:
+                raise
+            error = await lock_wait_error(conn, involved, transaction.timeout_ms)
+            if error is None:
+                raise
+            raise error from None
+
+    async def _plan(
+        self,
+        refs: Refs,
+        conn: asyncpg.Connection,
+        transaction: Transaction | None,
+        involved: set[int],
+    ) -> Plan:
+        if transaction is None and not conn.is_in_transaction():
+            raise RuntimeError("the guard's verdict needs the statement's own transaction")
+        # (in a transaction the engine did not begin, nothing records what is locked: locked
+        # again at each check, which is harmless)
+        locked = transaction.locked if transaction is not None else {}
+        timeout_ms = transaction.timeout_ms if transaction is not None else None
         await self._search_path_first(conn)
+        if self._gone:
+            gone, self._gone = self._gone, set()
+            await self._reload(conn)
+            await self.relations.read(conn, gone, set())
         reread_for_types = False
         for _ in range(MAX_ROUNDS):
             if not self.judge.catalog.loaded:
                 await self._reload(conn)
             checked = self._checked(refs)
             plan = checked.plan
+            involved |= plan.missing_relations | set(plan.user_oids(RELATION, ROW))
             if plan.missing_relations or plan.missing_types:
                 await self.relations.read(conn, plan.missing_relations, plan.missing_types)
                 if plan.missing_types - set(self.relations.by_row_type):
@@ -207,6 +346,7 @@ class GuardState:
                     reread_for_types = True
                     await self._reload(conn)
                 continue
+            await self._lock(conn, checked.to_lock(locked), locked, timeout_ms)
             if checked.verified is not None and not self._busy:
                 quick = await conn.fetchrow(pin(QUICK))
                 assert quick is not None
@@ -275,6 +415,35 @@ class GuardState:
             self._plans.move_to_end(key)
         return checked
 
+    def _locks(self, rels: list[int]) -> dict[int, tuple[str, str]]:
+        """oid -> (key, how it is locked: 'table <name>', 'parse <name>' or 'under <key>' for
+        a child that LOCK TABLE on an ancestor locks)."""
+        catalog = self.judge.catalog
+        by_oid = self.relations.by_oid
+        locks: dict[int, tuple[str, str]] = {}
+        for oid in rels:
+            rel = by_oid[oid]
+            schema = catalog.schemas.get(rel.schema)
+            # Only in schemas the role may name (USAGE): a relation a view reads in a schema
+            # the role cannot use is locked by the view's own lock (the rewriter locks what a
+            # view reads, whoever may name it). A schema created since the catalog was read
+            # is seen by CHECK, and the next plan locks the relation.
+            if rel.kind in _LOCKABLE and schema is not None and rel.schema in catalog.usable:
+                name = f"{_quoted(schema)}.{_quoted(rel.name)}"
+                how = "table" if rel.kind in _TABLES and rel.selectable else "parse"
+                locks[oid] = (f"{rel.digest}/{how} {name}", f"{how} {name}")
+        # Children of a table locked with LOCK TABLE are locked with it (the parent's digest
+        # covers its pg_inherits rows: attached or detached since, it is locked again).
+        reached = set(rels)
+        todo = [(o, k) for o, (k, how) in locks.items() if how.startswith("table ")]
+        while todo:
+            parent, key = todo.pop()
+            for child in by_oid[parent].children if parent in by_oid else ():
+                if child in by_oid and child in reached:
+                    locks[child] = (f"{by_oid[child].digest}/under {key}", f"under {key}")
+                    todo.append((child, key))
+        return locks
+
     def _arguments(self, plan: Plan) -> _Checked:
         c = self.judge.catalog
         lookups = plan.lookups
@@ -326,7 +495,7 @@ class GuardState:
             *pairs(lookups.relations),
             sorted(lookups.schemas),
         ]
-        return _Checked(plan, arguments, expected)
+        return _Checked(plan, arguments, expected, self._locks(rels))
 
     async def _changed(
         self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection

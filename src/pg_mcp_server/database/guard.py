@@ -23,11 +23,12 @@ import asyncpg
 from pglast import parser
 
 from pg_mcp_server.database import sqltree
+from pg_mcp_server.database.engine import Prelude
 from pg_mcp_server.database.freshness import GuardState
 from pg_mcp_server.database.rules import Refusal
 from pg_mcp_server.database.sqlrefs import Refs, refs_of
 from pg_mcp_server.database.sqltree import walk
-from pg_mcp_server.errors import InvalidSqlError, WriteOperationDeniedError
+from pg_mcp_server.errors import InvalidSqlError, PgMcpError, WriteOperationDeniedError
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a
 # prompt-injected comment, is worth a refusal).
@@ -226,8 +227,21 @@ class SqlGuard:
     def __post_init__(self) -> None:
         self.state = GuardState(tuple(self.trusted_roles), self.allow_foreign_tables)
 
+    def prelude(self, sql: str) -> Prelude | None:
+        """The locks `check` will take for `sql`, when a verified plan says which, to send with
+        the transaction's BEGIN (`Database.run(prelude=...)`): one round trip fewer."""
+        if len(sql) > _CACHED_SQL_CHARS:
+            return None
+        try:
+            parsed = _names_cached(sql, self.strict_comments)
+        except PgMcpError:
+            return None  # check() refuses it
+        return self.state.prelude(parsed.refs)
+
     async def check(self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0) -> None:
-        """Refuse `sql` unless it is one SELECT that can run nothing unsafe."""
+        """Refuse `sql` unless it is one SELECT that can run nothing unsafe. `conn` must be in
+        the transaction the statement will run in (`Database.run(explicit=True)`): the
+        relations the verdict rests on stay locked there until it ends."""
         if position_offset == 0 and len(sql) <= _CACHED_SQL_CHARS:
             parsed = _names_cached(sql, self.strict_comments)
         else:

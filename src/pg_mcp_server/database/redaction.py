@@ -71,21 +71,35 @@ SETTINGS_FUNCTIONS = frozenset({"current_setting", "pg_show_all_settings", "pg_f
 CREDENTIAL_SETTINGS = frozenset({"primary_conninfo", "ssl_passphrase_command"})
 
 
-# Relations by the names a statement gives them ($1: "schema"."name" or "name", as quoted
-# text): their columns, and a view's definition; the names of the columns that functions
-# called in FROM may return ($2 schemas or NULL, $3 names: every overload's OUT and TABLE
-# arguments and row type's columns); and whether this role may read credential settings.
+# Relations by the names a statement gives them ($1 schemas or NULL, $2 names; an unqualified
+# name is the first of its name on the search path, as PostgreSQL resolves it): their
+# columns, and a view's definition. Looked up in the catalog rather than with to_regclass,
+# which fails for a schema the role has no USAGE on, where a view's own relations may be. The
+# names of the columns that functions called in FROM may return ($3 schemas or NULL, $4
+# names: every overload's OUT and TABLE arguments and row type's columns); and whether this
+# role may read credential settings.
 RELATION_FACTS = """
 SELECT pg_catalog.json_build_object(
     'relations', (
         SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-            i.name, s.nspname, c.relname,
+            i.n, s.nspname, c.relname,
             ARRAY(SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a
                   WHERE a.attrelid = c.oid AND a.attnum > 0::pg_catalog.int2
                     AND NOT a.attisdropped ORDER BY a.attnum),
             CASE WHEN c.relkind IN ('v', 'm') THEN pg_catalog.pg_get_viewdef(c.oid) END))
-        FROM pg_catalog.unnest($1::pg_catalog.text[]) AS i(name)
-        JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(i.name)
+        FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]),
+                        pg_catalog.unnest($2::pg_catalog.text[]))
+             WITH ORDINALITY AS i(schema, name, n)
+        CROSS JOIN LATERAL (
+            SELECT c.oid, c.relname, c.relkind, c.relnamespace
+            FROM pg_catalog.pg_class c
+            JOIN pg_catalog.pg_namespace cs ON cs.oid = c.relnamespace
+            WHERE c.relname = i.name
+              AND CASE WHEN i.schema IS NULL
+                       THEN cs.nspname = ANY (pg_catalog.current_schemas(true))
+                       ELSE cs.nspname = i.schema END
+            ORDER BY pg_catalog.array_position(pg_catalog.current_schemas(true), cs.nspname)
+            LIMIT 1) c
         JOIN pg_catalog.pg_namespace s ON s.oid = c.relnamespace),
     'functions', (
         SELECT pg_catalog.json_agg(pg_catalog.json_build_array(f.n, ARRAY(
@@ -105,8 +119,8 @@ SELECT pg_catalog.json_build_object(
               AND CASE WHEN f.schema IS NULL
                        THEN s.nspname = ANY (pg_catalog.current_schemas(true))
                        ELSE s.nspname = f.schema END)))
-        FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.text[]),
-                        pg_catalog.unnest($3::pg_catalog.text[]))
+        FROM ROWS FROM (pg_catalog.unnest($3::pg_catalog.text[]),
+                        pg_catalog.unnest($4::pg_catalog.text[]))
              WITH ORDINALITY AS f(schema, name, n)),
     'settings', pg_catalog.pg_has_role('pg_read_all_settings', 'USAGE'))
 """
@@ -174,22 +188,22 @@ class Facts:
                 return
             value = await conn.fetchval(
                 pin(RELATION_FACTS),
-                [quote(k) for k in missing],
+                [k[0] for k in missing],
+                [k[1] for k in missing],
                 [k[0] for k in calls],
                 [k[1] for k in calls],
             )
             document = sqltree.loads(value) if isinstance(value, str) else value
             self.settings = bool(document["settings"])
             self.read_settings = True
-            by_name = {quote(k): k for k in missing}
             relations, functions = set(), set()
             for k in missing:
                 self.relations[k] = None
             for n, columns in document["functions"] or ():
                 self.functions[calls[n - 1]] = tuple(columns)
-            for name, schema, relname, columns, definition in document["relations"] or ():
+            for n, schema, relname, columns, definition in document["relations"] or ():
                 view = sqltree.parse(definition) if definition else None
-                self.relations[by_name[name]] = Relation(
+                self.relations[missing[n - 1]] = Relation(
                     schema, relname, tuple(columns), view, definition is not None
                 )
                 if view is not None:

@@ -220,19 +220,25 @@ def count_and_sum(value: str, separator: str = ":") -> str:
     )
 
 
-# User rows of catalogs too small to key by statement: any change there counts.
+# User rows of catalogs too small to key by statement: any change there counts. And every
+# schema, `public` included: the guard resolves schema names once per catalog read, and locks
+# relations by qualified name (freshness.py), so a schema renamed, and another made with its
+# name, must be seen.
 SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
     ", ".join(
-        f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.{table} t "
-        f"WHERE t.{column} >= {USER_OID})"
-        for table, column in (
-            ("pg_cast", "oid"),
-            ("pg_opclass", "oid"),
-            ("pg_opfamily", "oid"),
-            ("pg_amop", "oid"),
-            ("pg_amproc", "oid"),
-            ("pg_range", "rngtypid"),
-        )
+        [
+            f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.{table} t "
+            f"WHERE t.{column} >= {USER_OID})"
+            for table, column in (
+                ("pg_cast", "oid"),
+                ("pg_opclass", "oid"),
+                ("pg_opfamily", "oid"),
+                ("pg_amop", "oid"),
+                ("pg_amproc", "oid"),
+                ("pg_range", "rngtypid"),
+            )
+        ]
+        + [f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.pg_namespace t)"]
     )
 )
 
@@ -247,7 +253,8 @@ SELECT
   current_user AS role,
   {TRUSTED_ROLES} AS trusted,
   {SMALL_CATALOGS} AS small,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname))
+  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
+      pg_catalog.has_schema_privilege(n.oid, 'USAGE')))
    FROM pg_catalog.pg_namespace n) AS schemas,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
@@ -340,6 +347,7 @@ class Catalog:
     small: str = ""
     schemas: dict[int, str] = field(default_factory=dict)
     schema_oids: dict[str, int] = field(default_factory=dict)
+    usable: set[int] = field(default_factory=set)  # schemas the role may name (USAGE)
     functions: dict[int, Function] = field(default_factory=dict)
     functions_named: dict[str, list[Function]] = field(default_factory=dict)
     operators: dict[int, Operator] = field(default_factory=dict)
@@ -373,7 +381,8 @@ class Catalog:
         return catalog
 
     def _fill(self, row: asyncpg.Record) -> None:
-        self.schemas = {oid: name for oid, name in rows(row["schemas"])}
+        self.schemas = {oid: name for oid, name, _ in rows(row["schemas"])}
+        self.usable = {oid for oid, _, usage in rows(row["schemas"]) if usage}
         self.schema_oids = {name: oid for oid, name in self.schemas.items()}
         self.role = row["role"]
         self.path_names = tuple(row["path"])
@@ -443,6 +452,9 @@ class Relation:
     array_type: int  # the array of its row type
     # a view's definition as SQL (None when it does not parse): its calls with their constants
     view_refs: Refs | None
+    # the server's role may SELECT it, so LOCK TABLE it (a GRANT or REVOKE changes its row,
+    # hence its digest; one through a role membership does not, see freshness._lock)
+    selectable: bool = False
 
 
 # The rows that hang off a relation, by the column that names it.
@@ -508,7 +520,8 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE t.partrelid = c.oid),
     pg_catalog.pg_get_userbyid(c.relowner),
     (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
-    CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END))
+    CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
+    pg_catalog.has_table_privilege(c.oid, 'SELECT')))
 FROM pg_catalog.pg_class c
 WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
@@ -571,6 +584,7 @@ class Relations:
                 owner_name=r[10],
                 array_type=r[11] or 0,
                 view_refs=_view_refs(r[12]),
+                selectable=r[13],
             )
             self.by_oid[rel.oid] = rel
             for typ in (rel.row_type, rel.array_type):

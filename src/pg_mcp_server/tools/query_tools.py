@@ -121,6 +121,8 @@ def query_tools() -> list[PgTool]:
                     sensitive=app.sensitive,
                 ),
                 timeout_ms,
+                explicit=True,
+                prelude=lambda: app.guard.prelude(sql),
             )
         except PgMcpError as exc:
             raise await _suggest(app, exc, sql) from None
@@ -180,7 +182,9 @@ def query_tools() -> list[PgTool]:
                     buffers=buffers,
                     shapes=app.shapes,
                     sensitive=app.sensitive,
-                )
+                ),
+                explicit=True,
+                prelude=lambda: app.guard.prelude(sql),
             )
         except PgMcpError as exc:
             raise await _suggest(app, exc, sql) from None
