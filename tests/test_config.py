@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
+from mcpclient import records
+from serverproc import EXECUTABLE, Server, clean_env
 
+from pg_mcp_server import dsn as dsn_text
 from pg_mcp_server.__main__ import parse_args, settings_from_args
 from pg_mcp_server.config import (
     DatabaseSettings,
@@ -154,3 +159,64 @@ def test_a_misspelt_setting_is_named_with_the_closest_one(tmp_path: Path) -> Non
     assert "PG_DNS is not a setting and is ignored; did you mean PG_DSN?" in lines[1]
     assert "MCP_PROT is not a setting and is ignored; did you mean MCP_PORT?" in lines[0]
     assert unknown_settings({"PG_DSN": "x", "MCP_PORT": "1", "PG_TEST_SERVER": "pg15"}) == []
+
+
+def test_pg_database_alone_is_enough_and_the_error_says_whom_it_logs_in_as() -> None:
+    with pytest.raises(ValueError, match="without PG_USER the user is PGUSER, else the OS user"):
+        DatabaseSettings.model_validate({})
+    assert DatabaseSettings.model_validate({"database": "app"}).database == "app"
+
+
+@pytest.mark.parametrize(
+    ("fields", "pguser", "expected"),
+    [
+        ({"database": "app"}, None, f"logging in as {getpass.getuser()!r} (the OS user)"),
+        ({"database": "app"}, "alice", "logging in as 'alice' (PGUSER)"),
+        ({"dsn": "postgresql://db.example/app"}, None, "(the OS user)"),
+        ({"dsn": "host=db.example dbname=app"}, "alice", "'alice' (PGUSER)"),
+        ({"database": "app", "user": "bob"}, "alice", None),
+        ({"dsn": "postgresql://bob@db.example/app"}, None, None),
+        ({"dsn": "host=db.example dbname=app user=bob"}, None, None),
+    ],
+)
+def test_without_a_user_the_start_up_line_names_the_one_used(
+    monkeypatch: pytest.MonkeyPatch, fields: dict[str, str], pguser: str | None, expected: str
+) -> None:
+    if pguser is None:
+        monkeypatch.delenv("PGUSER", raising=False)
+    else:
+        monkeypatch.setenv("PGUSER", pguser)
+    note = DatabaseSettings.model_validate(fields).default_user_note()
+    if expected is None:
+        assert note is None
+    else:
+        assert note is not None and expected in note
+
+
+def test_pg_database_alone_logs_in_as_pguser_and_says_so(tmp_path: Path, demo_dsn: str) -> None:
+    """libpq's default, end to end: no PG_USER, PGUSER names the role; the start-up line says
+    so and the session is that role's."""
+    target = dsn_text.target(demo_dsn)
+    assert target.host and target.database and target.user
+    env = clean_env(
+        PG_HOST=target.host,
+        PG_PORT=target.port or "5432",
+        PG_DATABASE=target.database,
+        PGUSER=target.user,
+        MCP_LOG_FORMAT="json",
+    )
+    if password := urlsplit(dsn_text.to_uri(demo_dsn)).password:
+        env["PG_PASSWORD"] = unquote(password)
+    server = Server([EXECUTABLE], env, tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        server.send(
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "execute_query", "arguments": {"sql": "SELECT current_user AS u"}}}
+        )  # fmt: skip
+        reply = server.read()
+        assert reply["id"] == 2 and not reply["result"].get("isError"), reply
+        assert records(reply["result"]["structuredContent"]) == [{"u": target.user}]
+        assert f"logging in as {target.user!r} (PGUSER)" in "\n".join(server.log_lines())
+    finally:
+        server.close()

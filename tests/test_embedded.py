@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
@@ -47,6 +48,18 @@ async def test_lifecycle_psql_asyncpg_and_idempotent_stop() -> None:
     assert not data_dir.exists()
     assert not _alive(pid)
     server.stop()  # second stop is a no-op
+
+
+def test_stop_without_waiting_has_stopped_postgresql_and_hands_the_files_on() -> None:
+    server = EmbeddedPostgres()
+    data_dir, pid = server.data_dir, server.pid
+    server.stop(wait=False)
+    assert not server.running
+    assert not _alive(pid)  # the postmaster has exited when stop() returns
+    deadline = time.monotonic() + 30  # deleted by a process of its own, which outlives ours
+    while data_dir.exists():
+        assert time.monotonic() < deadline, f"{data_dir} was not deleted"
+        time.sleep(0.05)
 
 
 _SIGTERM_CHILD = """

@@ -1,8 +1,10 @@
 """Starting and stopping as users do: `uv run pg-mcp-server`, signals, end of input, a terminal.
 
-SIGINT, SIGTERM, SIGHUP and end of input each end the server within a second, and nothing the
-demo started (its PostgreSQL processes, its temporary directory) outlives it, also when the
-terminal it runs in is closed or gets a Ctrl-C.
+SIGINT, SIGTERM, SIGHUP and end of input each end an idle server within a second (the bound
+checked here is 1.5 s, for a busy machine; measured figures: bench/bench_stop.py, README), over
+stdio and HTTP, with and without the demo and with workers. No PostgreSQL process the demo
+started outlives it, and its temporary directory is deleted (by a process of its own, just
+after the exit), also when the terminal it runs in is closed or gets a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,18 +14,21 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import termios
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import pytest
-from serverproc import ROOT, Server, clean_env, gone, uv_run, wait_for
+from serverproc import EXECUTABLE, ROOT, Server, clean_env, gone, uv_run, wait_for
 
-STOP_S = 1.0
+STOP_S = 1.5  # from the signal to the exit of an idle server (README: "within a second")
+DELETED_S = 30.0  # the demo's files are deleted after the exit, by a process of its own
 HOW = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, "eof"]
 IDS = ["SIGINT", "SIGTERM", "SIGHUP", "eof"]
 
@@ -76,12 +81,89 @@ def test_the_demo_leaves_nothing_behind(tmp_path: Path, how: signal.Signals | st
     with running(tmp_path, "--demo") as server:
         server.initialize()
         pids, files = demo_processes(server)
-        stop(server, how)
+        elapsed = stop(server, how)
         assert server.proc.returncode == 0
+        assert elapsed < STOP_S, f"took {elapsed:.2f} s"
         # The process waits for its PostgreSQL to stop: nothing may be left at its exit.
         assert all(gone(pid) for pid in pids), "a PostgreSQL process outlived the server"
-        assert not files.exists(), "the demo's directory outlived the server"
+        assert wait_for(lambda: not files.exists(), DELETED_S), "the demo's files were kept"
         assert "Traceback" not in server.stderr_path.read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+HTTP_CASES = [
+    (["--dsn"], signal.SIGINT),
+    (["--dsn"], signal.SIGTERM),
+    (["--dsn", "--workers", "2"], signal.SIGTERM),
+    (["--demo"], signal.SIGINT),
+    (["--demo", "--workers", "2"], signal.SIGTERM),
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "how"),
+    HTTP_CASES,
+    ids=[" ".join(a).replace("--", "") + "-" + h.name for a, h in HTTP_CASES],
+)
+def test_http_stops_within_a_second(
+    tmp_path: Path, demo_dsn: str, args: list[str], how: signal.Signals
+) -> None:
+    port = free_port()
+    argv = [a if a != "--dsn" else f"--dsn={demo_dsn}" for a in args]
+    with running(tmp_path, "--transport", "http", "--port", str(port), *argv) as server:
+        assert wait_for(lambda: healthy(port) or server.proc.poll() is not None, 120)
+        assert server.proc.poll() is None, server.stderr_path.read_text()
+        pids, files = demo_processes(server) if "--demo" in args else ([], None)
+        elapsed = stop(server, how)
+        assert server.proc.returncode == 0
+        assert elapsed < STOP_S, f"took {elapsed:.2f} s"
+        assert all(gone(pid) for pid in pids), "a PostgreSQL process outlived the server"
+        if files is not None:
+            assert wait_for(lambda: not files.exists(), DELETED_S)
+        assert "Traceback" not in server.stderr_path.read_text()
+
+
+# As many demo stops as fit in this budget, at most RUNS: one in a dozen used to end with a
+# FileNotFoundError traceback from the clean-up (two clean-ups of the same files). A demo
+# start takes 2-3 s on an idle machine; bench/bench_stop.py ran the full 50 (README).
+RUNS = 50
+BUDGET_S = 60.0
+AT_LEAST = 5
+
+
+def test_the_demo_stops_cleanly_again_and_again(tmp_path: Path) -> None:
+    started, runs = time.monotonic(), 0
+    while runs < RUNS and (runs < AT_LEAST or time.monotonic() - started < BUDGET_S):
+        how = (signal.SIGINT, signal.SIGTERM)[runs % 2]
+        server = Server([EXECUTABLE, "--demo"], clean_env(), tmp_path / f"stderr{runs}.log")
+        try:
+            server.initialize()
+            pids, files = demo_processes(server)
+            elapsed = stop(server, how)
+            log = server.stderr_path.read_text()
+            assert server.proc.returncode == 0, log
+            assert "Traceback" not in log and "Error" not in log, log
+            assert elapsed < STOP_S, f"run {runs}: took {elapsed:.2f} s"
+            assert all(gone(pid) for pid in pids)
+            assert wait_for(lambda: not files.exists(), DELETED_S)  # noqa: B023 (waited here)
+        finally:
+            server.close()
+        runs += 1
+    print(f"{runs} demo stops in {time.monotonic() - started:.0f} s")
 
 
 class Terminal:
@@ -165,7 +247,7 @@ def test_closing_the_terminal_stops_everything(terminal: Terminal) -> None:
     terminal.master = -1
     assert wait_for(lambda: terminal.proc.poll() is not None, 30)
     assert wait_for(lambda: all(gone(pid) for pid in pids), 5), "PostgreSQL outlived the server"
-    assert not files.exists()
+    assert wait_for(lambda: not files.exists(), DELETED_S)
 
 
 def test_ctrl_c_in_the_terminal_stops_everything(terminal: Terminal) -> None:
@@ -173,7 +255,8 @@ def test_ctrl_c_in_the_terminal_stops_everything(terminal: Terminal) -> None:
     os.write(terminal.master, b"\x03")  # the terminal sends SIGINT to its foreground group
     assert wait_for(lambda: terminal.proc.poll() is not None, 30)
     assert terminal.proc.returncode == 0
-    assert all(gone(pid) for pid in pids) and not files.exists()
+    assert all(gone(pid) for pid in pids)
+    assert wait_for(lambda: not files.exists(), DELETED_S)
     with pytest.raises(AssertionError):  # read what is left, up to the terminal's end
         terminal.read_until("never printed", timeout=5)
     assert "Traceback" not in terminal.output

@@ -382,6 +382,8 @@ def _main(argv: Sequence[str] | None) -> int:
         configure_logging(settings.server.log_level, settings.server.log_format)
         for line in unknown_settings(os.environ):
             logging.getLogger("pg_mcp_server").warning(line)
+        if not args.demo and (note := settings.database.default_user_note()) is not None:
+            logging.getLogger("pg_mcp_server").info(note)
         check_bind(settings)
         if settings.server.transport == "stdio" and _is_terminal(sys.stdin):
             print(banner(sys.argv), file=sys.stderr, flush=True)

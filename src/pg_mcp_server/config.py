@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import getpass
+import os
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -119,10 +121,29 @@ class DatabaseSettings(BaseSettings):
     def _need_a_target(self) -> DatabaseSettings:
         if self.dsn is None and not self.database:
             raise ValueError(
-                "no database configured: set PG_DSN (or DATABASE_URL), or PG_DATABASE and "
-                "PG_USER, or pass --dsn, or run with --demo"
+                "no database configured: set PG_DSN (or DATABASE_URL), or PG_DATABASE (with "
+                "PG_HOST, PG_USER, PG_PASSWORD as needed; without PG_USER the user is PGUSER, "
+                "else the OS user, as with psql), or pass --dsn, or run with --demo"
             )
         return self
+
+    def default_user_note(self) -> str | None:
+        """A start-up line when no user is named (PG_USER, or in the DSN): the driver then logs
+        in as PGUSER, else as the OS user, as libpq does; say which, so it is no surprise."""
+        if self.target().user:
+            return None
+        user = os.environ.get("PGUSER")
+        source = "PGUSER"
+        if not user:
+            source = "the OS user"
+            try:
+                user = getpass.getuser()
+            except (KeyError, OSError):  # no passwd entry (some containers)
+                return "no database user given (PG_USER, or in PG_DSN): logging in as the OS user"
+        return (
+            f"no database user given (PG_USER, or in PG_DSN): logging in as {user!r} ({source}), "
+            "as psql would"
+        )
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `asyncpg.connect`; the DSN, when given, wins over the parts,

@@ -78,10 +78,14 @@ def start_demo() -> Iterator[str]:
     running event loop use :func:`astart_demo` instead.
     """
     started = time.perf_counter()
-    with EmbeddedPostgres() as server:
+    server = EmbeddedPostgres()
+    try:
         dsn = asyncio.run(_prepare(server.create_database(_DATABASE)))
         _log.info("demo database ready in %.2f s", time.perf_counter() - started)
         yield dsn
+    finally:
+        # A sample database: the exit need not wait for its files to be deleted.
+        server.stop(wait=False)
 
 
 @asynccontextmanager
