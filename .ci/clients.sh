@@ -28,7 +28,7 @@ for _ in $(seq 1 60); do
 done
 curl -sf "http://127.0.0.1:${PORT}/health"; echo
 
-# The scenarios that need no fixture tools of the suite's own (see README, "Conformance"):
+# The scenarios that need no fixture tools of the suite's own (see docs/conformance.md):
 # handshake-era ones, then the 2026-07-28 stateless ones. The baseline names the few checks
 # inside them that need such a tool; any other failing check fails the run.
 for scenario in server-initialize ping tools-list resources-list prompts-list \

@@ -28,7 +28,8 @@ type lookup sees pg_catalog only; a fully pinned statement then runs on the PL p
 standby, a role without TEMP), names are looked up instead (_looked_up).
 
 PL code (pl-do blocks, pl-func bodies) is not rewritten: it runs on a fixed path, pg_catalog,
-then the schemas of the server's search path at the check, then pg_temp (see README).
+then the schemas of the server's search path at the check, then pg_temp (see
+docs/custom-definitions.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ the plan reaches (`GuardState._lock`): DDL on them in another session, committed
 either waited for and then seen by the check, or must wait for the statement to end. So when
 the digest matches, the relations are those PostgreSQL will use; objects that take no lock
 (functions, operators, types) are as of the check, a round trip before the statement is
-parsed (README, "What the verdict covers").
+parsed (docs/security.md, "What the verdict covers").
 """
 
 from __future__ import annotations
