@@ -244,6 +244,28 @@ async def lock_wait_error(
     )
 
 
+async def send_locks(
+    conn: asyncpg.Connection, sql: str, prelude: Prelude, timeout_ms: int | None
+) -> None:
+    """Send `sql`, which takes the prelude's locks: a wait past the call's timeout is an
+    error naming what it waited for; a relation gone, or no longer what the facts say (its
+    kind, or a privilege revoked through a role membership), loses the transaction, so the
+    call runs once more (Database.run) after the facts are read again."""
+    try:
+        await conn.execute(sql)
+    except asyncpg.QueryCanceledError:
+        if timeout_ms is None:
+            raise
+        error = await lock_wait_error(conn, prelude.locked, timeout_ms, prelude.names)
+        assert error is not None
+        raise error from None
+    except LOCK_FAILURES:
+        prelude.gone()
+        raise StatementChangedError(
+            "A relation the query reads was renamed or dropped since it was checked"
+        ) from None
+
+
 class StatementChangedError(InvalidSqlError):
     """A prepared statement no longer fits its tables (a column added, dropped or retyped
     since): `Database.run` runs the work once more, after the statement is prepared anew."""
@@ -538,17 +560,7 @@ class Database:
         if prelude is None or not prelude.sql:
             await conn.execute(_BEGIN.format(ms=ms))
             return
-        try:
-            await conn.execute(f"{_BEGIN.format(ms=ms)}; {prelude.sql}")
-        except asyncpg.QueryCanceledError:
-            error = await lock_wait_error(conn, prelude.locked, ms, prelude.names)
-            assert error is not None
-            raise error from None
-        except LOCK_FAILURES:
-            prelude.gone()
-            raise StatementChangedError(
-                "A relation the query reads was renamed or dropped since it was checked"
-            ) from None
+        await send_locks(conn, f"{_BEGIN.format(ms=ms)}; {prelude.sql}", prelude, ms)
         found = transaction_of(conn)
         assert found is not None
         found.locked.update(prelude.locked)

@@ -34,11 +34,10 @@ import asyncpg
 from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.closure import Plan, plan
 from pg_mcp_server.database.engine import (
-    LOCK_FAILURES,
     Prelude,
-    StatementChangedError,
     Transaction,
     lock_wait_error,
+    send_locks,
     transaction_of,
 )
 from pg_mcp_server.database.pinned import pin
@@ -276,23 +275,7 @@ class GuardState:
         if not locks:
             return
         prelude = self._prelude(locks)
-        try:
-            await conn.execute(prelude.sql)
-        except asyncpg.QueryCanceledError:
-            if timeout_ms is None:
-                raise
-            error = await lock_wait_error(conn, prelude.locked, timeout_ms, prelude.names)
-            assert error is not None
-            raise error from None
-        except LOCK_FAILURES:
-            # The facts named it, but it is gone, or no longer what they say (its kind, or a
-            # privilege revoked through a role membership): the transaction is lost to the
-            # error, so the call runs once more (Database.run), after the facts are read
-            # again.
-            prelude.gone()
-            raise StatementChangedError(
-                "A relation the query reads was renamed or dropped since it was checked"
-            ) from None
+        await send_locks(conn, prelude.sql, prelude, timeout_ms)
         locked.update(prelude.locked)
 
     async def plan(self, refs: Refs, conn: asyncpg.Connection) -> Plan:
