@@ -292,20 +292,7 @@ class Bed:
     async def next_xid(self) -> int:
         """The next transaction ID once every session of the server under test is idle (its
         rolled-back transactions are over), so that all XIDs below it are decided."""
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            for _ in range(500):
-                busy = await conn.fetchval(
-                    "SELECT count(*) FROM pg_catalog.pg_stat_activity "
-                    "WHERE application_name = 'pg-mcp-server' AND state <> 'idle'"
-                )
-                if not busy:
-                    break
-                await asyncio.sleep(0.01)
-            value: int = await conn.fetchval(NEXT_XID)
-            return value
-        finally:
-            await conn.close()
+        return await next_xid_when_idle(self.dsn)
 
     async def burnt_xids(self, since: int) -> list[int]:
         """Transaction IDs from `since` on that were assigned and rolled back: only the server
@@ -326,3 +313,22 @@ class Bed:
 
 def planter_role() -> str:
     return f"guard_planter_{secrets.token_hex(4)}"
+
+
+async def next_xid_when_idle(dsn: str) -> int:
+    """The next transaction ID once every session of the server under test is idle (its
+    rolled-back transactions are over), so that all XIDs below it are decided."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for _ in range(500):
+            busy = await conn.fetchval(
+                "SELECT count(*) FROM pg_catalog.pg_stat_activity "
+                "WHERE application_name = 'pg-mcp-server' AND state <> 'idle'"
+            )
+            if not busy:
+                break
+            await asyncio.sleep(0.01)
+        value: int = await conn.fetchval(NEXT_XID)
+        return value
+    finally:
+        await conn.close()

@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from customdefs import serve, write
+from guardbed import next_xid_when_idle
 from mcp import Client
 from mcp_types import PromptReference, ResourceTemplateReference
 from mcpclient import call, execute, fetch
@@ -374,26 +375,6 @@ tools:
         RETURN (SELECT sum(v) FROM things WHERE v > (args->>'over')::int);
       END;
 """
-NEXT_XID = "SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint"
-
-
-async def _next_xid(dsn: str) -> int:
-    """The next transaction ID, once every session of the server is idle (its rolled-back
-    transactions are over)."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        for _ in range(500):
-            busy = await conn.fetchval(
-                "SELECT count(*) FROM pg_catalog.pg_stat_activity "
-                "WHERE application_name = 'pg-mcp-server' AND state <> 'idle'"
-            )
-            if not busy:
-                break
-            await asyncio.sleep(0.01)
-        value: int = await conn.fetchval(NEXT_XID)
-        return value
-    finally:
-        await conn.close()
 
 
 @asynccontextmanager
@@ -417,11 +398,11 @@ async def test_a_read_only_pl_func_call_assigns_no_xid_and_runs_no_ddl(
         assert (await call(client, "total", over=0))["result"] == 30
         seen = [r[0] for r in await fetch(scratch_dsn, "SELECT tag FROM ddl_seen")]
         assert seen == ["CREATE FUNCTION"], "the trigger sees the server's DDL"
-        first = await _next_xid(scratch_dsn)
+        first = await next_xid_when_idle(scratch_dsn)
         for over in (0, 10, 15, 20, 5):
             got = await call(client, "total", over=over)
             assert got["result"] == {0: 30, 10: 20, 15: 20, 20: None, 5: 30}[over]
-        assert await _next_xid(scratch_dsn) == first, "a call assigned a transaction ID"
+        assert await next_xid_when_idle(scratch_dsn) == first, "a call assigned a transaction ID"
         seen = [r[0] for r in await fetch(scratch_dsn, "SELECT tag FROM ddl_seen")]
         assert seen == ["CREATE FUNCTION"], "a call ran DDL"
         # Reloaded (another description, the same code): the session has the function
