@@ -600,6 +600,11 @@ class Database:
         await self.engine.dispose()
 
 
+# Class 22 errors of arithmetic, never of a value's text: division by zero, overflow of a
+# computed number, a bad argument to a function such as log or power.
+_COMPUTED = frozenset({"22012", "22003", "2201E", "2201F", "22023"})
+
+
 def _mapped(exc: Exception, ms: int) -> Exception:
     if isinstance(exc, PgMcpError):
         return exc
@@ -717,13 +722,24 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
                 f"A parameter value does not fit its type: {err}",
                 suggestion="Check each value in `params` against its $n placeholder's type.",
             )
-        if isinstance(err, asyncpg.DataError):
-            # PostgreSQL's class 22 (bad input to a cast, division by zero, out of range):
-            # about the statement's values, bound or written in it.
+        if isinstance(err, asyncpg.DataError) and (
+            err.position is not None or err.sqlstate in _COMPUTED
+        ):
+            # PostgreSQL's class 22 about the statement's text (a literal it points at) or its
+            # arithmetic: not a parameter's fault.
             return InvalidSqlError(
                 err.message,
                 suggestion="A value could not be converted or computed: check the literals, "
-                "casts and arithmetic in the query, and the values in `params`.",
+                "casts and arithmetic in the query.",
+                context=pg_context(err),
+            )
+        if isinstance(err, asyncpg.DataError):
+            # Class 22 with no position in the text: a bound value PostgreSQL could not take
+            # (one sent as text, such as an enum label), or a value a column held.
+            return ParameterError(
+                f"PostgreSQL could not take a value: {err.message}",
+                suggestion="Check each value in `params` against its $n placeholder's type "
+                "(an enum takes only its labels).",
                 context=pg_context(err),
             )
         if isinstance(
