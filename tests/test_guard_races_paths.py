@@ -3,9 +3,10 @@ paths: the real transports, the built-in prompts, completions and catalog resour
 custom definitions.
 
 - **Transports.** A spawned server, spoken to over streamable HTTP on 127.0.0.1 and over
-  stdio, is held to the same verdict as the in-process one: `execute_query` and
-  `get_sample_rows` on a view replaced while the call waits are refused, and the attacker's
-  function never runs (no XID taken, no NOTIFY).
+  stdio, in session and transaction pool modes, is held to the same verdict as the
+  in-process one: `execute_query`, `explain_query` with analyze and `get_sample_rows` on a
+  view replaced while the call waits are refused, and the attacker's function never runs
+  (no XID taken, no NOTIFY).
 - **Built-in prompts and completions cannot be raced**: they read the catalog only.
   `explore-database` and `analyze-table` check that the schema or table exists
   (`names.require_schema` / `require_table`), and schema and table completions list names
@@ -66,31 +67,39 @@ SAMPLE = {"schema_name": "atk", "table_name": "v"}
 
 
 @asynccontextmanager
-async def over_http(dsn: str) -> AsyncIterator[Client]:
-    with serve_http(dsn) as running:
+async def over_http(dsn: str, pool_mode: str) -> AsyncIterator[Client]:
+    with serve_http(dsn, PG_POOL_MODE=pool_mode) as running:
         async with Client(running.mcp) as client:
             yield client
 
 
 @asynccontextmanager
-async def over_stdio(dsn: str) -> AsyncIterator[Client]:
+async def over_stdio(dsn: str, pool_mode: str) -> AsyncIterator[Client]:
     parameters = StdioServerParameters(
-        command=EXECUTABLE, args=["--dsn", dsn, "--log-format", "text"], env=clean_env()
+        command=EXECUTABLE,
+        args=["--dsn", dsn, "--log-format", "text"],
+        env=clean_env(PG_POOL_MODE=pool_mode),
     )
     async with Client(parameters) as client:
         yield client
 
 
 TRANSPORTS = {"http": over_http, "stdio": over_stdio}
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("execute_query", {"sql": SQL}),
+    ("explain_query", {"sql": SQL, "analyze": True}),
+    ("get_sample_rows", SAMPLE),
+]
 
 
+@pytest.mark.parametrize("pool_mode", ["session", "transaction"])
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 async def test_a_view_replaced_while_a_spawned_server_waits_is_refused(
-    bed: Bed, transport: str
+    bed: Bed, transport: str, pool_mode: str
 ) -> None:
-    async with TRANSPORTS[transport](bed.reader) as client:
-        for tool, arguments in (("execute_query", {"sql": SQL}), ("get_sample_rows", SAMPLE)):
-            assert len(records(await call(client, tool, **arguments))) == 2
+    async with TRANSPORTS[transport](bed.reader, pool_mode) as client:
+        for tool, arguments in CALLS:
+            await call(client, tool, **arguments)  # the plan is known: locks go with BEGIN
             body = await race(bed, REPLACE_VIEW, partial(call_error, client, tool, **arguments))
             assert_refused(body)
             # Put the harmless view back for the next tool (the attacker's own session).
