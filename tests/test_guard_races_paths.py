@@ -273,10 +273,18 @@ async def test_custom_sql_runs_a_replaced_view_only_in_a_rolled_back_read_only_t
         assert [int(v[1:]) for v in ran[:1]] == burnt[:1], (ran, burnt)
 
 
-async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(bed: Bed, tmp_path: Path) -> None:
+async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(
+    bed: Bed, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Why a lock would not help custom SQL: a replacement committed between two calls is run
-    by the next one just the same. Trust is the operator's choice of what the SQL reads."""
+    by the next one just the same. Trust is the operator's choice of what the SQL reads, so
+    the start warns, per definition, about what it uses of a role that is not trusted."""
     async with serve_custom(bed.reader, tmp_path, CUSTOM) as client:
+        warned = [r.getMessage() for r in caplog.records if "MCP_TRUSTED_ROLES" in r.getMessage()]
+        assert len(warned) == 2, warned  # the tool and the resource
+        assert all("sql uses relation atk.v, whose owner (neither trusted" in w for w in warned), (
+            warned
+        )
         assert [r["v"] for r in records(await call(client, "read_v"))] == ["a", "b"]
         attacker = await asyncpg.connect(bed.attacker)
         try:
@@ -285,6 +293,10 @@ async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(bed: Bed, tmp_
             await attacker.close()
         ran = [str(r["v"]) for r in records(await call(client, "read_v"))]
         assert all(v[0] in "ab" and v[1:].isdigit() for v in ran), ran
+    caplog.clear()
+    owner = bed.attacker.split("//", 1)[1].split("@", 1)[0]
+    async with serve_custom(bed.reader, tmp_path, CUSTOM, trusted_roles=[owner]):
+        assert not [r for r in caplog.records if "MCP_TRUSTED_ROLES" in r.getMessage()]
 
 
 async def test_a_guarded_call_after_the_same_replacement_is_still_refused(bed: Bed) -> None:
