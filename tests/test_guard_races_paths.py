@@ -20,14 +20,13 @@ custom definitions.
   wait at all, so no window to race), and nothing of the attacker's runs. The one resource
   that reads rows, `.../sample`, is raced in test_guard_races.py.
 - **Custom definitions are not guarded**: their SQL is the operator's and runs without the
-  guard's check (docs/custom-definitions.md, "Read-only unless twice allowed"). A custom
-  SQL tool or resource reading a view whose owner is not trusted therefore runs whatever
-  that owner makes the view run, and no race is needed: a replacement committed between
-  two calls does the same. What holds is the call's `BEGIN READ ONLY` transaction, always
-  rolled back: the attacker's function runs as the server's role but its NOTIFY is never
-  delivered and nothing it does is committed. The tests below pin down exactly that,
-  so that docs/security.md's statement stays true; the remedy is the operator's (custom
-  SQL should read only relations of trusted roles).
+  guard's check (docs/custom-definitions.md). A custom SQL tool, resource or completion
+  query reading a view whose owner is not trusted therefore runs whatever that owner makes
+  the view run, and no race is needed: a replacement committed between two calls does the
+  same. What holds is the call's `BEGIN READ ONLY` transaction, always rolled back: the
+  attacker's function runs as the server's role, but its NOTIFY is never delivered. The
+  tests pin that down, and the warning the start logs for each such definition (silenced
+  by trusting the owner with MCP_TRUSTED_ROLES); the remedy is the operator's.
 """
 
 from __future__ import annotations
@@ -210,6 +209,17 @@ async def hold_then_commit(bed: Bed, attempt: Callable[[], Awaitable[Any]]) -> A
 
 
 CUSTOM = """
+prompts:
+  - name: pick_v
+    description: Offers the values of atk.v as completions.
+    arguments:
+      - name: v
+        completion: SELECT v FROM atk.v ORDER BY id
+    messages:
+      - role: user
+        content:
+          type: text
+          text: Look at {{v}}.
 tools:
   - name: read_v
     description: Reads the view atk.v, which a role that is not trusted owns.
@@ -246,7 +256,7 @@ async def custom_race(bed: Bed, attempt: Callable[[], Awaitable[Any]]) -> tuple[
         await listener.close()
 
 
-@pytest.mark.parametrize("kind", ["tool", "resource"])
+@pytest.mark.parametrize("kind", ["tool", "resource", "completion"])
 async def test_custom_sql_runs_a_replaced_view_only_in_a_rolled_back_read_only_transaction(
     bed: Bed, tmp_path: Path, kind: str
 ) -> None:
@@ -258,6 +268,10 @@ async def test_custom_sql_runs_a_replaced_view_only_in_a_rolled_back_read_only_t
         async def attempt() -> list[dict[str, Any]]:
             if kind == "tool":
                 return records(await call(client, "read_v"))
+            if kind == "completion":
+                ref = PromptReference(type="ref/prompt", name="pick_v")
+                done = await client.complete(ref, {"name": "v", "value": ""})
+                return [{"v": v} for v in done.completion.values]
             result = await client.read_resource("custom://v", cache_mode="bypass")
             text = result.contents[0].text  # type: ignore[union-attr]
             header, *lines = text.splitlines()
@@ -281,8 +295,8 @@ async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(
     the start warns, per definition, about what it uses of a role that is not trusted."""
     async with serve_custom(bed.reader, tmp_path, CUSTOM) as client:
         warned = [r.getMessage() for r in caplog.records if "MCP_TRUSTED_ROLES" in r.getMessage()]
-        assert len(warned) == 2, warned  # the tool and the resource
-        assert all("sql uses relation atk.v, whose owner (neither trusted" in w for w in warned), (
+        assert len(warned) == 3, warned  # the tool, the resource and the completion
+        assert all(" uses relation atk.v, whose owner (neither trusted" in w for w in warned), (
             warned
         )
         assert [r["v"] for r in records(await call(client, "read_v"))] == ["a", "b"]
