@@ -39,6 +39,7 @@ from pg_mcp_server.database.engine import Database
 from pg_mcp_server.database.pinned import pin
 
 logger = logging.getLogger(__name__)
+_NAMED = 5  # objects a warning names (one bounded line)
 
 # Languages code may be written in (C and internal functions are not code of the file).
 LANGUAGES = (
@@ -149,6 +150,17 @@ class _Checker:
                 "owner is not trusted (what a planted object looks like); pg_catalog's is used",
                 self.defs.problem(self.where, what),
                 ignored,
+            )
+        if resolved.unguarded:
+            named = resolved.unguarded
+            logger.warning(
+                "custom definitions: %s uses %s%s, whose owner (neither trusted nor the "
+                "server's role) can change what it runs at any time: custom SQL is not "
+                "guarded, so that would run as the server's role, in the call's read-only "
+                "transaction; add the owner to MCP_TRUSTED_ROLES if you trust it",
+                self.defs.problem(self.where, what),
+                ", ".join(named[:_NAMED]),
+                f" and {len(named) - _NAMED} more" if len(named) > _NAMED else "",
             )
         described = await _describe(self.conn, resolved.sql, what)
         self.checked.sql[sql] = resolved.sql

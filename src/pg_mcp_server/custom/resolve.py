@@ -84,7 +84,8 @@ SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
           JOIN pg_catalog.pg_extension x ON x.oid = e.refobjid
           WHERE e.classid = d.refclassid AND e.objid = d.refobjid AND e.deptype = 'e'
             AND x.extowner = ANY ($2::pg_catalog.oid[]))) AS trusted,
-       k.builtin_name
+       k.builtin_name,
+       k.owner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) AS own
 FROM pg_catalog.pg_depend d
 CROSS JOIN LATERAL (
   SELECT 'function' AS kind, p.proname::pg_catalog.text AS name, p.pronamespace AS nsp,
@@ -142,11 +143,19 @@ class Dependency:
     label: str  # regprocedure / regoperator / regtype / regclass text
     trusted: bool
     builtin_name: bool  # pg_catalog has an object of this kind and name
+    own: bool  # owned by the server's role
 
     @property
     def shadow(self) -> bool:
         """What a planted object looks like: a built-in's name, owned by a role not trusted."""
         return self.builtin_name and not self.trusted and self.schema != "pg_catalog"
+
+    @property
+    def unguarded(self) -> bool:
+        """Used as it is, though its owner, neither trusted nor the server's role, can change
+        what it runs at any time (a view's query, a table's policies, a function's body, an
+        operator's estimators, a domain's checks): custom SQL has no per-call check."""
+        return not (self.trusted or self.own or self.shadow or self.schema == "pg_catalog")
 
 
 async def trusted_roles(conn: asyncpg.Connection, names: list[str]) -> list[int]:
@@ -292,6 +301,7 @@ class Resolved:
     sql: str  # prepared under search_path = pg_catalog, pg_temp
     pinned: bool  # every name in `sql` is qualified: it may run on the PL path
     ignored: list[str]  # planted-looking objects the original resolved to, not used
+    unguarded: tuple[str, ...] = ()  # objects used whose owner can change what they run
 
 
 async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Resolved:
@@ -346,7 +356,12 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
             )
     finally:
         await conn.execute("ROLLBACK")
-    return Resolved(text, pinned, [f"{d.kind} {d.label}" for d in ignored])
+    return Resolved(
+        text,
+        pinned,
+        [f"{d.kind} {d.label}" for d in ignored],
+        tuple(dict.fromkeys(f"{d.kind} {d.label}" for d in before if d.unguarded)),
+    )
 
 
 def _rewritten(sql: str, chosen: dict[tuple[Kind, str], str]) -> tuple[str, bool]:
