@@ -495,7 +495,11 @@ def build(defs: Definitions, checked: Checked | None, settings: Settings) -> Loa
             served.append(spec)
         else:  # listed, it would be offered to agents only to fail at every call
             logger.warning(
-                "custom definitions: %s is not served: %s", defs.problem(spec.where, "tool"), why
+                "custom definitions: %s:%d: %s is not served: %s",
+                defs.path,
+                spec.where.line,
+                spec.where,
+                why,
             )
     return Loaded(
         path=defs.path,
