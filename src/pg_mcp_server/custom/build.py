@@ -486,14 +486,16 @@ def withheld(spec: ToolSpec, settings: Settings) -> str | None:
     return None
 
 
-def build(defs: Definitions, checked: Checked | None, settings: Settings) -> Loaded:
+def build(
+    defs: Definitions, checked: Checked | None, settings: Settings, *, quiet: bool = False
+) -> Loaded:
     made = [resource(r, checked) for r in defs.resources]
     served = []
     for spec in defs.tools:
         why = withheld(spec, settings)
         if why is None:
             served.append(spec)
-        else:  # listed, it would be offered to agents only to fail at every call
+        elif not quiet:  # listed, it would be offered to agents only to fail at every call
             logger.warning(
                 "custom definitions: %s:%d: %s is not served: %s",
                 defs.path,

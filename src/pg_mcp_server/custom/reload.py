@@ -64,9 +64,12 @@ def _in_order(problems: list[str]) -> list[str]:
     return sorted(problems, key=line)
 
 
-async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Database) -> Loaded:
+async def load_checked(
+    path: str, settings: Settings, reserved: Reserved, db: Database, *, quiet: bool = False
+) -> Loaded:
     """The file validated, checked against the database and built; DefinitionsError if any
-    definition is refused. An unreachable database skips the check (logged)."""
+    definition is refused. An unreachable database skips the check (logged). `quiet`: the
+    tools left out are not logged (the load that serves them does)."""
     defs, problems = read(path, settings.server, reserved)
     try:
         checked = await check(defs, db, settings.server.trusted_roles)
@@ -82,7 +85,7 @@ async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Da
         checked = None
     if problems:
         raise DefinitionsError(problems)
-    return build(defs, checked, settings)
+    return build(defs, checked, settings, quiet=quiet)
 
 
 async def check_file(settings: Settings, reserved: Reserved) -> None:
@@ -91,7 +94,7 @@ async def check_file(settings: Settings, reserved: Reserved) -> None:
     assert path is not None
     db = Database(settings.database)
     try:
-        await load_checked(path, settings, reserved, db)
+        await load_checked(path, settings, reserved, db, quiet=True)
     finally:
         await db.dispose()
 
