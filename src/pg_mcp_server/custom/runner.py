@@ -186,24 +186,12 @@ async def fetch_rows(
             suggestion="Its operator names the columns apart (AS ...).",
         )
     tag = None
-    try:
-        if status:  # the whole command runs anyway; its tag says what it did
-            records = await stmt.fetch(*args)
-            tag = stmt.get_statusmsg()
-        else:
-            cursor = await stmt.cursor(*args)
-            records = await cursor.fetch(limit + 1)
-    except asyncpg.DataError as exc:
-        if not args or exc.message is None:
-            raise
-        # PostgreSQL's class 22 (a value its cast refuses, `$1::order_status` given 'lost')
-        # with values the caller gave to the operator's checked SQL: the caller's to fix.
-        raise ParameterError(
-            f"A value given could not be used: {exc.message}",
-            suggestion=f"Give {', '.join(names[: len(args)]) or 'the arguments'} as the "
-            "description says (for example one of the values it lists).",
-            context={"sqlstate": exc.sqlstate},
-        ) from None
+    if status:  # the whole command runs anyway; its tag says what it did
+        records = await stmt.fetch(*args)
+        tag = stmt.get_statusmsg()
+    else:
+        cursor = await stmt.cursor(*args)
+        records = await cursor.fetch(limit + 1)
     rows = [dict(zip([c.name for c in columns], _values(r), strict=True)) for r in records]
     return _bounded(Rows(columns, rows, status=tag), limit, max_bytes)
 
