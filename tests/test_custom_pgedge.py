@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from customdefs import write
-from mcpclient import call, connect, execute, fetch
+from mcpclient import call, connect, execute, fetch, records
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom.specs import DefinitionsError
@@ -23,9 +23,9 @@ async def test_the_pgedge_examples_load_and_run(demo_dsn: str) -> None:
     async with connect(demo_dsn, custom_definitions=str(EXAMPLES / "examples.yaml")) as client:
         stats = await call(client, "get_database_stats")
         (db,) = await fetch(demo_dsn, "SELECT current_database()")
-        assert [r["database_name"] for r in stats["rows"]] == [db[0]]
+        assert [r["database_name"] for r in records(stats)] == [db[0]]
         assert {c["name"] for c in stats["columns"]} >= {"active_connections", "database_size"}
-        assert (await call(client, "get_database_stats", database_name="nope"))["rows"] == []
+        assert records(await call(client, "get_database_stats", database_name="nope")) == []
 
         bloat = await call(client, "analyze_table_bloat", schema_name="public")
         tables = await fetch(
@@ -38,9 +38,8 @@ async def test_the_pgedge_examples_load_and_run(demo_dsn: str) -> None:
 
         counts = await call(client, "get_table_row_counts")
         (orders,) = await fetch(demo_dsn, "SELECT count(*) FROM orders")
-        assert {"schema_name": "public", "table_name": "orders", "row_count": orders[0]} in counts[
-            "rows"
-        ]
+        row = {"schema_name": "public", "table_name": "orders", "row_count": orders[0]}
+        assert row in records(counts)
         assert await call(client, "plpgsql_do_args", key_name=AWKWARD) == {
             "result": {"value": AWKWARD}
         }
@@ -68,7 +67,8 @@ async def test_pgedge_analyze_table_prompt_meets_the_builtin(demo_dsn: str, tmp_
     text = (EXAMPLES / "examples.yaml").read_text().replace("analyze-table-pgedge", "analyze-table")
     path = write(tmp_path, text)
     settings = Settings.load(database={"dsn": demo_dsn}, server={"custom_definitions": str(path)})
-    with pytest.raises(DefinitionsError, match="prompt 0: name analyze-table is a built-in prompt"):
+    refused = r"prompt 0 \(analyze-table\): name analyze-table is a built-in prompt"
+    with pytest.raises(DefinitionsError, match=refused):
         await check_definitions(settings)
 
 

@@ -167,6 +167,44 @@ async def test_custom_prompts_are_listed_and_interpolated(demo_dsn: str, tmp_pat
             assert caught.value.error.code == -32602 and problem in caught.value.error.message
 
 
+SECTIONS = """
+prompts:
+  - name: review
+    arguments:
+      - {name: who, required: true}
+      - {name: focus}
+    messages:
+      - role: user
+        content:
+          type: text
+          text: >-
+            Review {{who}}{{#focus}}, focusing on
+            {{focus}}{{/focus}}{{^focus}} as a whole{{/focus}}.
+"""
+
+
+async def test_sections_render_an_optional_argument_only_when_given(
+    demo_dsn: str, tmp_path: Path
+) -> None:
+    async with serve(demo_dsn, tmp_path, SECTIONS) as client:
+        rendered = []
+        for arguments in (
+            {"who": "ada"},
+            {"who": "ada", "focus": ""},
+            {"who": "ada", "focus": "refunds"},
+            # a value is never read for tags
+            {"who": "{{#focus}}x{{/focus}}", "focus": "{{^focus}}y{{/focus}}"},
+        ):
+            got = await client.get_prompt("review", arguments)
+            rendered.append(got.messages[0].content.text)  # type: ignore[union-attr]
+        assert rendered == [
+            "Review ada as a whole.",
+            "Review ada as a whole.",
+            "Review ada, focusing on refunds.",
+            "Review {{#focus}}x{{/focus}}, focusing on {{^focus}}y{{/focus}}.",
+        ]
+
+
 async def test_prompt_images_and_embedded_resources(demo_dsn: str, tmp_path: Path) -> None:
     async with serve(demo_dsn, tmp_path, DEFS) as client:
         got = await client.get_prompt("with-attachments", {"status": "paid", "verbose": "true"})

@@ -23,7 +23,7 @@ import psutil
 import pytest
 from customdefs import write
 from mcp import Client, StdioServerParameters
-from mcpclient import call, call_error
+from mcpclient import call, call_error, records
 from serverproc import clean_env
 
 from pg_mcp_server.config import Settings
@@ -231,7 +231,7 @@ async def test_a_changed_file_is_reloaded_and_clients_told(
 
         await eventually(tools_told)
         assert {"count_users", "count_orders"} <= await tool_names(client)
-        assert (await call(client, "count_orders"))["rows"][0]["orders"] > 0
+        assert records(await call(client, "count_orders"))[0]["orders"] > 0
 
     # Saving the same text again changes nothing.
     caplog.set_level(logging.DEBUG, logger="pg_mcp_server.custom.reload")
@@ -254,7 +254,7 @@ async def test_a_bad_file_keeps_the_old_definitions(
     caplog.set_level(logging.INFO, logger="pg_mcp_server.custom.reload")
     async with session(demo_dsn, path, heard, mode="legacy") as client:
         for bad, why in (
-            ("tools:\n  - name: broken\n", "tool 0: type is required"),
+            ("tools:\n  - name: broken\n", "tool 0 (broken): type is required"),
             (
                 "tools:\n  - name: gone\n    type: sql\n    sql: SELECT * FROM orderz\n",
                 'relation "orderz" does not exist',
@@ -272,7 +272,7 @@ async def test_a_bad_file_keeps_the_old_definitions(
             assert record.levelname == "WARNING"
             assert "not reloaded (the file changed), the previous ones stay" in record.getMessage()
             assert await tool_names(client) >= {"count_users"}
-            assert (await call(client, "count_users"))["rows"][0]["users"] > 0
+            assert records(await call(client, "count_users"))[0]["users"] > 0
         assert heard == []
         replace(path, TWO_TOOLS)
 
@@ -287,7 +287,7 @@ async def test_removed_tools_are_gone(demo_dsn: str, tmp_path: Path) -> None:
     path = write(tmp_path, TWO_TOOLS)
     heard: list[str] = []
     async with session(demo_dsn, path, heard, mode="legacy") as client:
-        assert (await call(client, "count_users"))["rows"][0]["users"] > 0
+        assert records(await call(client, "count_users"))[0]["users"] > 0
         replace(path, "")
 
         async def emptied() -> bool:
@@ -327,7 +327,7 @@ async def test_an_unreachable_database_serves_the_file_unchecked(
     async with session("postgresql://nobody@127.0.0.1:9/none", path) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         rows = tools["count_users"].output_schema["properties"]["rows"]  # type: ignore[index]
-        assert rows["items"] == {"type": "object"}  # no columns known yet
+        assert rows["items"] == {"type": "array"}  # no columns known yet
         body = await call_error(client, "count_users")
         assert body["error"]["code"] == "CONNECTION_ERROR"
     assert any("not checked against the database" in r.getMessage() for r in caplog.records)

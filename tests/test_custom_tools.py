@@ -4,13 +4,14 @@ unless the file and the operator both allow writes, timeouts that only lower the
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from customdefs import serve
 from mcp import Client
-from mcpclient import call, call_error, execute, fetch
+from mcpclient import call, call_error, execute, fetch, records
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.server import build_server
@@ -58,16 +59,13 @@ async def test_sql_tool_binds_properties_in_order(demo_dsn: str, tmp_path: Path)
         # The output schema comes from the statement PostgreSQL described at start; the client
         # checks every result against it.
         assert tool.output_schema is not None
+        # Rows are arrays in the order of `columns`, as execute_query's are.
         rows_schema = tool.output_schema["properties"]["rows"]["items"]
-        assert rows_schema["required"] == [
-            "id",
-            "status",
-            "total_amount",
-            "placed_at",
-            "first_user",
-        ]
-        assert rows_schema["properties"]["id"] == {"anyOf": [{"type": "integer"}, {"type": "null"}]}
-        assert rows_schema["properties"]["first_user"]["anyOf"][0] == {"type": "boolean"}
+        assert rows_schema["type"] == "array"
+        assert rows_schema["minItems"] == rows_schema["maxItems"] == 5
+        cells = rows_schema["prefixItems"]
+        assert cells[0] == {"anyOf": [{"type": "integer"}, {"type": "null"}]}  # id
+        assert cells[4]["anyOf"][0] == {"type": "boolean"}  # first_user
 
         got = await call(client, "orders_by_status", status="paid", min_total=50)
         expected = await fetch(
@@ -75,7 +73,8 @@ async def test_sql_tool_binds_properties_in_order(demo_dsn: str, tmp_path: Path)
             "SELECT id FROM orders WHERE total_amount >= 50 AND status = 'paid' "
             "ORDER BY placed_at DESC, id LIMIT 3",
         )
-        assert [r["id"] for r in got["rows"]] == [r["id"] for r in expected]
+        assert [r["id"] for r in records(got)] == [r["id"] for r in expected]
+        assert all(isinstance(row, list) and len(row) == 5 for row in got["rows"])
         assert got["row_count"] == len(expected) and got["has_more"] is False
         assert [c["data_type"] for c in got["columns"]] == [
             "bigint",
@@ -84,7 +83,7 @@ async def test_sql_tool_binds_properties_in_order(demo_dsn: str, tmp_path: Path)
             "timestamptz",
             "boolean",
         ]
-        assert all(r["status"] == "paid" and r["total_amount"] >= 50 for r in got["rows"])
+        assert all(r["status"] == "paid" and r["total_amount"] >= 50 for r in records(got))
         # min_total left out is bound as NULL; limit falls back to the schema's default.
         everything = await call(client, "orders_by_status", status="paid", limit=100)
         (count,) = await fetch(demo_dsn, "SELECT count(*) FROM orders WHERE status = 'paid'")
@@ -133,10 +132,10 @@ async def test_sql_looking_arguments_are_values(demo_dsn: str, tmp_path: Path) -
             "anything'); DELETE FROM users; SELECT ('",
         ):
             got = await call(client, "user_by_email", email=email)
-            assert got["rows"] == [], email
+            assert records(got) == [], email
         (someone,) = await fetch(demo_dsn, "SELECT email FROM users ORDER BY id LIMIT 1")
         found = await call(client, "user_by_email", email=someone["email"])
-        assert [r["email"] for r in found["rows"]] == [someone["email"]]
+        assert [r["email"] for r in records(found)] == [someone["email"]]
     assert (await fetch(demo_dsn, "SELECT count(*) FROM users"))[0] == before
 
 
@@ -166,27 +165,39 @@ CREATE FUNCTION add_note(text) RETURNS int LANGUAGE sql
 """
 
 
-async def test_a_sql_tool_that_writes_fails_read_only(scratch_dsn: str, tmp_path: Path) -> None:
+async def test_a_tool_that_writes_is_not_offered_or_fails_read_only(
+    scratch_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     await execute(scratch_dsn, NOTES)
+    caplog.set_level(logging.WARNING, logger="pg_mcp_server.custom.build")
     async with serve(scratch_dsn, tmp_path, WRITER.format(allow="")) as client:
-        for name in ("add_note", "add_note_by_function"):
-            body = await call_error(client, name, body="hello")
-            assert body["error"]["code"] == "WRITE_OPERATION_DENIED", body
-            assert "read-only transaction" in body["error"]["message"]
-            assert "allow_writes: true" in body["error"]["suggestion"]
+        # Its statement writes and it may not: offered, it could only fail.
+        assert "add_note" not in await tools_by_name(client)
+        # A write PostgreSQL finds only when it runs is refused by the read-only transaction.
+        body = await call_error(client, "add_note_by_function", body="hello")
+        assert body["error"]["code"] == "WRITE_OPERATION_DENIED", body
+        assert "read-only transaction" in body["error"]["message"]
+        assert "allow_writes: true" in body["error"]["suggestion"]
     assert await fetch(scratch_dsn, "SELECT * FROM notes") == []
+    (logged,) = [r.getMessage() for r in caplog.records if "add_note" in r.getMessage()]
+    assert "tool 0 (add_note)" in logged and "sql writes (INSERT)" in logged
 
 
-async def test_writes_need_the_file_and_the_operator(scratch_dsn: str, tmp_path: Path) -> None:
+async def test_writes_need_the_file_and_the_operator(
+    scratch_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     await execute(scratch_dsn, NOTES)
     text = WRITER.format(allow="allow_writes: true")
+    caplog.set_level(logging.WARNING, logger="pg_mcp_server.custom.build")
     async with serve(scratch_dsn, tmp_path, text) as client:
-        tool = (await tools_by_name(client))["add_note"]
-        assert tool.annotations and tool.annotations.read_only_hint  # it cannot write here
-        body = await call_error(client, "add_note", body="hello")
-        assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
-        assert "MCP_ALLOW_WRITE_TOOLS=true" in body["error"]["suggestion"]
+        # Not offered where it cannot write (nor callable: it is not a tool here).
+        assert "add_note" not in await tools_by_name(client)
+        assert (await client.call_tool("add_note", {"body": "hello"})).is_error
     assert await fetch(scratch_dsn, "SELECT * FROM notes") == []
+    assert any(
+        "add_note" in r.getMessage() and "MCP_ALLOW_WRITE_TOOLS is not true" in r.getMessage()
+        for r in caplog.records
+    )
 
     async with serve(scratch_dsn, tmp_path, text, allow_write_tools=True) as client:
         tools = await tools_by_name(client)
@@ -196,7 +207,7 @@ async def test_writes_need_the_file_and_the_operator(scratch_dsn: str, tmp_path:
         # Only the tool the file marks may write, whatever the operator allows.
         assert tools["add_note_by_function"].annotations.read_only_hint
         got = await call(client, "add_note", body="hello")
-        assert got["status"] == "INSERT 0 1" and got["rows"][0]["body"] == "hello"
+        assert got["status"] == "INSERT 0 1" and records(got)[0]["body"] == "hello"
         body = await call_error(client, "add_note_by_function", body="again")
         assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
     assert [r["body"] for r in await fetch(scratch_dsn, "SELECT body FROM notes")] == ["hello"]
@@ -431,15 +442,15 @@ async def test_pl_func_returns_rows_or_a_value(demo_dsn: str, tmp_path: Path) ->
     async with serve(demo_dsn, tmp_path, COUNTS) as client:
         tools = await tools_by_name(client)
         row = tools["get_table_row_counts"].output_schema["properties"]["rows"]["items"]
-        assert row["required"] == ["schema_name", "table_name", "row_count"]
+        assert row["type"] == "array" and len(row["prefixItems"]) == 3
         assert tools["double"].output_schema["properties"]["result"] == {
             "anyOf": [{"type": "integer"}, {"type": "null"}]
         }
         got = await call(client, "get_table_row_counts", schema_pattern="public")
-        for r in got["rows"]:
+        for r in records(got):
             (n,) = await fetch(demo_dsn, f'SELECT count(*) FROM public."{r["table_name"]}"')
             assert r["row_count"] == n[0]
-        assert {r["table_name"] for r in got["rows"]} >= {"users", "orders", "payments"}
+        assert {r["table_name"] for r in records(got)} >= {"users", "orders", "payments"}
         summary = await call(client, "summary", status="paid")
         (paid,) = await fetch(demo_dsn, "SELECT count(*) FROM orders WHERE status = 'paid'")
         assert summary == {"result": {"status": "paid", "orders": paid[0]}}
@@ -497,7 +508,7 @@ async def test_rows_are_bounded(demo_dsn: str, tmp_path: Path) -> None:
     """
     async with serve(demo_dsn, tmp_path, text, max_rows=10) as client:
         got = await call(client, "series")
-        assert [r["n"] for r in got["rows"]] == list(range(1, 11))
+        assert [r["n"] for r in records(got)] == list(range(1, 11))
         assert got["has_more"] is True and "MCP_MAX_ROWS" in got["note"]
     async with serve(demo_dsn, tmp_path, text, max_result_bytes=1024) as client:
         got = await call(client, "series")
@@ -514,7 +525,7 @@ async def test_a_changed_table_is_reported_not_sent(scratch_dsn: str, tmp_path: 
         sql: SELECT * FROM notes
     """
     async with serve(scratch_dsn, tmp_path, text) as client:
-        assert (await call(client, "notes"))["rows"] == [{"id": 1, "body": "a"}]
+        assert records(await call(client, "notes")) == [{"id": 1, "body": "a"}]
         await execute(scratch_dsn, "ALTER TABLE notes ADD COLUMN extra int DEFAULT 7")
         body = await call_error(client, "notes")
         assert body["error"]["code"] == "INVALID_SQL"

@@ -27,7 +27,7 @@ from customdefs import serve, write
 from guardbed import next_xid_when_idle
 from mcp import Client
 from mcp_types import PromptReference, ResourceTemplateReference
-from mcpclient import call, execute, fetch
+from mcpclient import call, execute, fetch, records
 from pgbed import PgServer
 
 from pg_mcp_server.config import Settings
@@ -194,10 +194,10 @@ def _json(text: Any) -> Any:
 async def _sweep(client: Client) -> dict[str, Any]:
     """Every definition once: what it answered."""
     out: dict[str, Any] = {}
-    out["in_mood"] = (await call(client, "in_mood", mood="fine"))["rows"]
-    out["counted"] = (await call(client, "counted"))["rows"]
-    out["joined"] = (await call(client, "joined"))["rows"]
-    out["moods_func"] = (await call(client, "moods_func", mood="grumpy"))["rows"]
+    out["in_mood"] = records(await call(client, "in_mood", mood="fine"))
+    out["counted"] = records(await call(client, "counted"))
+    out["joined"] = records(await call(client, "joined"))
+    out["moods_func"] = records(await call(client, "moods_func", mood="grumpy"))
     out["first_mood"] = (await call(client, "first_mood"))["result"]
     out["mood_count_do"] = (await call(client, "mood_count_do"))["result"]
     read = await client.read_resource("custom://fine", cache_mode="bypass")
@@ -268,10 +268,10 @@ async def test_without_temp_the_names_are_looked_up_and_nothing_planted_runs(
     try:
         before = await _stats_reset(planted)
         async with serve(reader, tmp_path, SQL_ONLY) as client:
-            got = {
-                "in_mood": (await call(client, "in_mood", mood="fine"))["rows"],
-                "counted": (await call(client, "counted"))["rows"],
-                "joined": (await call(client, "joined"))["rows"],
+            got: dict[str, Any] = {
+                "in_mood": records(await call(client, "in_mood", mood="fine")),
+                "counted": records(await call(client, "counted")),
+                "joined": records(await call(client, "joined")),
             }
             read = await client.read_resource("custom://feelings/sad", cache_mode="bypass")
             got["custom://feelings/sad"] = _json(read.contents[0].text)  # type: ignore[union-attr]
@@ -348,8 +348,8 @@ async def test_a_name_that_cannot_be_pinned_stops_the_start(
     async with serve(scratch_dsn, tmp_path, text) as client:
         got = await call(client, "colours_qualified")
         plain = await call(client, "colours_plain")  # qualified by the check: the DBA's =
-    assert got["rows"] == [{"same": True, "a": "int", "b": "text"}]
-    assert plain["rows"] == [{"same": True}]
+    assert records(got) == [{"same": True, "a": "int", "b": "text"}]
+    assert records(plain) == [{"same": True}]
 
 
 EVENT_TRIGGER = """

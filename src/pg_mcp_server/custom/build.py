@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from pg_mcp_server.app import AppContext, app_context
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.check import Checked, Described
-from pg_mcp_server.custom.loader import PLACEHOLDER
+from pg_mcp_server.custom.loader import PLACEHOLDER, SECTION
 from pg_mcp_server.custom.runner import (
     Column,
     Rows,
@@ -61,6 +62,8 @@ from pg_mcp_server.primitives.registry import (
     clip,
 )
 from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok_json
+
+logger = logging.getLogger(__name__)
 
 WRITES = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
@@ -126,10 +129,11 @@ def column_schema(column: Column) -> dict[str, Any]:
 
 
 def rows_schema(columns: list[Column] | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"type": "object"}
+    """execute_query's shape: `columns`, then each row an array of values in their order."""
+    row: dict[str, Any] = {"type": "array"}
     if columns is not None:
-        row["properties"] = {c.name: column_schema(c) for c in columns}
-        row["required"] = [c.name for c in columns]
+        row["prefixItems"] = [column_schema(c) for c in columns]
+        row["minItems"] = row["maxItems"] = len(columns)
     return {
         "type": "object",
         "properties": {
@@ -417,6 +421,12 @@ def resource(spec: ResourceSpec, checked: Checked | None) -> ResourceDef | Templ
 
 
 def _filled(text: str, values: dict[str, str]) -> str:
+    """Sections first (kept or dropped by whether their argument was given), then the
+    values: a value is never read for tags."""
+    while (section := SECTION.search(text)) is not None:
+        given = bool(values.get(section.group(2)))
+        kept = section.group(3) if given == (section.group(1) == "#") else ""
+        text = text[: section.start()] + kept + text[section.end() :]
     return PLACEHOLDER.sub(lambda m: values.get(m.group(1), ""), text)
 
 
@@ -464,11 +474,38 @@ async def _embedded(request: Request, uri: str) -> EmbeddedResource:
     )
 
 
-def build(defs: Definitions, checked: Checked | None, settings: Settings) -> Loaded:
+def withheld(spec: ToolSpec, settings: Settings) -> str | None:
+    """Why a tool cannot run under these settings (so it is not offered), or None."""
+    if spec.allow_writes and not settings.server.allow_write_tools:
+        return "it is marked allow_writes: true and MCP_ALLOW_WRITE_TOOLS is not true"
+    if spec.writes and not spec.allow_writes:
+        return (
+            f"its sql writes ({spec.writes}) and it is not marked allow_writes: true, so it "
+            "would always be refused"
+        )
+    return None
+
+
+def build(
+    defs: Definitions, checked: Checked | None, settings: Settings, *, quiet: bool = False
+) -> Loaded:
     made = [resource(r, checked) for r in defs.resources]
+    served = []
+    for spec in defs.tools:
+        why = withheld(spec, settings)
+        if why is None:
+            served.append(spec)
+        elif not quiet:  # listed, it would be offered to agents only to fail at every call
+            logger.warning(
+                "custom definitions: %s:%d: %s is not served: %s",
+                defs.path,
+                spec.where.line,
+                spec.where,
+                why,
+            )
     return Loaded(
         path=defs.path,
-        tools={t.name: tool(t, checked, settings, defs.path) for t in defs.tools},
+        tools={t.name: tool(t, checked, settings, defs.path) for t in served},
         resources=[r for r in made if isinstance(r, ResourceDef)],
         templates=[r for r in made if isinstance(r, TemplateDef)],
         prompts=[prompt(p, checked) for p in defs.prompts],

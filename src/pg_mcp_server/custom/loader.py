@@ -1,8 +1,8 @@
 """Read and validate a definitions file: pgEdge's rules and messages, plus the file and line.
 
-Every definition is checked and every broken one reported (its first problem), so one start
-shows all there is to fix: `defs.yaml:12: tool 0: type is required`. Nothing here touches the
-database; runner.check() then checks the SQL against it.
+Every definition is checked and every problem of every one reported, so one start shows all
+there is to fix: `defs.yaml:12: tool 0: type is required`. Nothing here touches the
+database; check.check() then checks the SQL of the definitions that passed against it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -18,6 +19,8 @@ import pglast
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from mcp.shared.uri_template import UriTemplate
+from pglast import ast
+from pglast.visitors import Visitor
 
 from pg_mcp_server.config import ServerSettings
 from pg_mcp_server.custom import plcode
@@ -41,6 +44,10 @@ from pg_mcp_server.custom.yamlfile import load as load_yaml
 T = TypeVar("T")
 
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")  # pgEdge's {{argument}}
+# (extension) {{#argument}}...{{/argument}}: text kept only when the argument is given, and
+# {{^argument}}...{{/argument}} only when it is not (Mustache's sections).
+SECTION = re.compile(r"\{\{([#^])(\w+)\}\}(.*?)\{\{/\2\}\}", re.DOTALL)
+_TAG = re.compile(r"\{\{[#^/](\w*)\}\}")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")  # what MCP clients accept
 _LANGUAGE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _PROPERTY_TYPES = ("string", "integer", "number", "boolean", "array", "object")
@@ -63,6 +70,7 @@ class _Bad(Exception):
         super().__init__(message)
         self.message = message
         self.line = line
+        self.more: list[_Bad] = []  # further problems found by the same look
 
 
 class _Entry:
@@ -77,12 +85,17 @@ class _Entry:
         return self.value.lines.get(key, self.value.line) if key else self.value.line
 
     def only(self, allowed: set[str]) -> None:
-        for key in self.value:
-            if key not in allowed:
-                raise _Bad(
-                    f"unknown field '{key}' (expected one of {', '.join(sorted(allowed))})",
-                    self.value.keys_at[key],
-                )
+        unknown = [
+            _Bad(
+                f"unknown field '{key}' (expected one of {', '.join(sorted(allowed))})",
+                self.value.keys_at[key],
+            )
+            for key in self.value
+            if key not in allowed
+        ]
+        if unknown:
+            unknown[0].more = unknown[1:]
+            raise unknown[0]
 
     def text(self, key: str) -> str:
         value = self.value.get(key)
@@ -122,57 +135,38 @@ def duration_ms(text: str) -> int:
     return int(total)
 
 
-def check_statement(sql: str, what: str, line: int) -> None:
-    """One SQL statement, as PostgreSQL's parser reads it (runner.check describes it later)."""
+class _Writes(Visitor):
+    """The first data-modifying statement in a tree (a CTE's too), by its command."""
+
+    COMMANDS: tuple[tuple[type, str], ...] = (
+        (ast.InsertStmt, "INSERT"),
+        (ast.UpdateStmt, "UPDATE"),
+        (ast.DeleteStmt, "DELETE"),
+        (ast.MergeStmt, "MERGE"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.command = ""
+
+    def visit(self, ancestors: Any, node: Any) -> None:
+        for kind, command in self.COMMANDS:
+            if isinstance(node, kind) and not self.command:
+                self.command = command
+
+
+def check_statement(sql: str, what: str, line: int) -> str:
+    """One SQL statement, as PostgreSQL's parser reads it (check.py describes it later): the
+    command it writes with (INSERT, UPDATE, DELETE, MERGE), or "" when it only reads."""
     try:
-        count = len(pglast.parse_sql(sql))
+        statements = pglast.parse_sql(sql)
     except pglast.parser.ParseError as exc:
         raise _Bad(f"{what}: {exc}", line) from None
-    if count != 1:
-        raise _Bad(f"{what} holds {count} statements; one is allowed", line)
-
-
-def _unique(seen: set[str], key: str, message: str, line: int) -> None:
-    if key in seen:
-        raise _Bad(message, line)
-    seen.add(key)
-
-
-def _named(
-    value: Any, kind: str, where: Where, fields: set[str], seen: set[str]
-) -> tuple[_Entry, str]:
-    """A prompt's or tool's fields, and its name: there, and not taken by another."""
-    entry = _Entry(value, f"a {kind}", where.line)
-    entry.only(fields)
-    name = entry.text("name")
-    if not name:
-        raise _Bad("name is required")
-    _unique(seen, name, f"duplicate {kind} name: {name}", entry.line("name"))
-    return entry, name
-
-
-def _argument(value: Any, line: int, fields: set[str]) -> ArgumentSpec:
-    entry = _Entry(value, "an argument", line)
-    entry.only(fields)
-    name = entry.text("name")
-    if not name:
-        raise _Bad("argument name is required", entry.line())
-    kind = entry.text("type") or "string"
-    if kind not in ("string", "boolean"):
-        raise _Bad(
-            f'argument {name}: invalid type "{kind}" (must be string or boolean)',
-            entry.line("type"),
-        )
-    completion = entry.text("completion") or None
-    if completion is not None:
-        check_statement(completion, f"argument {name}: completion", entry.line("completion"))
-    return ArgumentSpec(
-        name=name,
-        description=entry.text("description"),
-        required=entry.flag("required") if "required" in fields else True,
-        completion=completion,
-        boolean=kind == "boolean",
-    )
+    if len(statements) != 1:
+        raise _Bad(f"{what} holds {len(statements)} statements; one is allowed", line)
+    writes = _Writes()
+    writes(statements[0])
+    return str(writes.command)
 
 
 class _Loader:
@@ -180,42 +174,116 @@ class _Loader:
         self.path = path
         self.settings = settings
         self.reserved = reserved
-        self.problems: dict[str, list[str]] = {"prompt": [], "resource": [], "tool": []}
+        self.problems: list[tuple[int, str]] = []  # (line, problem), from every definition
+        self.found: list[_Bad] = []  # the problems of the definition being read
         self.templates = {t: UriTemplate.parse(t) for t in reserved.templates}
+
+    @contextmanager
+    def noted(self) -> Iterator[None]:
+        """A problem found in the block is noted and the reading goes on, so that one start
+        shows every problem of a definition, not only its first."""
+        try:
+            yield
+        except _Bad as bad:
+            self.found += [bad, *bad.more]
 
     def each(
         self, kind: str, section: tuple[Any, int] | None, read: Callable[[Any, Where], T]
     ) -> list[T]:
-        """Every definition of a section, read; the first problem of each is recorded."""
+        """Every definition of a section, read; every problem of each is recorded, and only
+        the definitions without one are kept."""
         out: list[T] = []
         items = section[0] if section else []
         lines = items.lines if isinstance(items, LocatedList) else []
         for index, value in enumerate(items):
             name = value.get("name") if isinstance(value, Located) else None
             where = Where(kind, index, lines[index], name if isinstance(name, str) else "")
-            try:
-                out.append(read(value, where))
-            except _Bad as bad:
-                self.problems[kind].append(
-                    f"{self.path}:{bad.line or where.line}: {kind} {index}: {bad.message}"
-                )
+            self.found = []
+            read_one: T | None = None
+            with self.noted():
+                read_one = read(value, where)
+            if not self.found and read_one is not None:
+                out.append(read_one)
+            for bad in self.found:
+                line = bad.line or where.line
+                self.problems.append((line, f"{self.path}:{line}: {where}: {bad.message}"))
         return out
+
+    def unique(self, seen: set[str], key: str, message: str, line: int) -> None:
+        with self.noted():
+            if key in seen:
+                raise _Bad(message, line)
+            seen.add(key)
+
+    def named(
+        self, value: Any, kind: str, where: Where, fields: set[str], seen: set[str]
+    ) -> tuple[_Entry, str]:
+        """A prompt's or tool's fields, and its name: there, and not taken by another."""
+        entry = _Entry(value, f"a {kind}", where.line)
+        with self.noted():
+            entry.only(fields)
+        name = ""
+        with self.noted():
+            name = entry.text("name")
+            if not name:
+                raise _Bad("name is required")
+        if name:
+            self.unique(seen, name, f"duplicate {kind} name: {name}", entry.line("name"))
+        return entry, name
+
+    def argument(self, value: Any, line: int, fields: set[str]) -> ArgumentSpec:
+        entry = _Entry(value, "an argument", line)
+        with self.noted():
+            entry.only(fields)
+        name = entry.text("name")
+        if not name:
+            raise _Bad("argument name is required", entry.line())
+        kind = entry.text("type") or "string"
+        with self.noted():
+            if kind not in ("string", "boolean"):
+                raise _Bad(
+                    f'argument {name}: invalid type "{kind}" (must be string or boolean)',
+                    entry.line("type"),
+                )
+        completion = entry.text("completion") or None
+        if completion is not None:
+            with self.noted():
+                what = f"argument {name}: completion"
+                check_statement(completion, what, entry.line("completion"))
+        required = True
+        if "required" in fields:
+            with self.noted():
+                required = entry.flag("required")
+        return ArgumentSpec(
+            name=name,
+            description=entry.text("description"),
+            required=required,
+            completion=completion,
+            boolean=kind == "boolean",
+        )
 
     # --- prompts
 
     def prompt(
         self, value: Any, where: Where, seen: set[str], uris: Callable[[str], bool]
     ) -> PromptSpec:
-        entry, name = _named(value, "prompt", where, _PROMPT_FIELDS, seen)
-        if name in self.reserved.prompts:
-            raise _Bad(f"name {name} is a built-in prompt", entry.line("name"))
-        messages = entry.items("messages")
-        if not messages:
-            raise _Bad("at least one message is required", entry.line("messages"))
-        arguments = [_argument(v, line, _ARGUMENT_FIELDS) for v, line in entry.items("arguments")]
+        entry, name = self.named(value, "prompt", where, _PROMPT_FIELDS, seen)
+        with self.noted():
+            if name in self.reserved.prompts:
+                raise _Bad(f"name {name} is a built-in prompt", entry.line("name"))
+        messages: list[tuple[Any, int]] = []
+        with self.noted():
+            messages = entry.items("messages")
+            if not messages:
+                raise _Bad("at least one message is required", entry.line("messages"))
+        arguments = []
+        with self.noted():
+            for v, line in entry.items("arguments"):
+                with self.noted():
+                    arguments.append(self.argument(v, line, _ARGUMENT_FIELDS))
         names: set[str] = set()
         for argument in arguments:
-            _unique(
+            self.unique(
                 names,
                 argument.name,
                 f"duplicate argument name: {argument.name}",
@@ -223,10 +291,12 @@ class _Loader:
             )
         read = []
         for j, (message, line) in enumerate(messages):
-            try:
+            before = len(self.found)
+            with self.noted():
                 read.append(self.message(message, line, names, uris))
-            except _Bad as bad:
-                raise _Bad(f"message {j}: {bad.message}", bad.line or line) from None
+            self.found[before:] = [
+                _Bad(f"message {j}: {bad.message}", bad.line or line) for bad in self.found[before:]
+            ]
         return PromptSpec(
             where, name, entry.text("title"), entry.text("description"), arguments, read
         )
@@ -235,18 +305,21 @@ class _Loader:
         self, value: Any, line: int, arguments: set[str], uris: Callable[[str], bool]
     ) -> MessageSpec:
         entry = _Entry(value, "a message", line)
-        entry.only(_MESSAGE_FIELDS)
+        with self.noted():
+            entry.only(_MESSAGE_FIELDS)
         role = entry.text("role")
-        if role == "system":
-            raise _Bad(
-                'invalid role "system": MCP prompts have only user and assistant '
-                "messages; put system instructions in a user message",
-                entry.line("role"),
-            )
-        if role not in ("user", "assistant"):
-            raise _Bad(f'invalid role "{role}" (must be user or assistant)', entry.line("role"))
+        with self.noted():
+            if role == "system":
+                raise _Bad(
+                    'invalid role "system": MCP prompts have only user and assistant '
+                    "messages; put system instructions in a user message",
+                    entry.line("role"),
+                )
+            if role not in ("user", "assistant"):
+                raise _Bad(f'invalid role "{role}" (must be user or assistant)', entry.line("role"))
         content = _Entry(entry.value.get("content"), "content", entry.line("content"))
-        content.only(_CONTENT_FIELDS)
+        with self.noted():
+            content.only(_CONTENT_FIELDS)
         kind = content.text("type")
         text, data, mime, uri = (content.text(k) for k in ("text", "data", "mimeType", "uri"))
         if kind == "text":
@@ -287,35 +360,57 @@ class _Loader:
 
     @staticmethod
     def placeholders(text: str, arguments: set[str], line: int) -> None:
-        for name in PLACEHOLDER.findall(text):
-            if name not in arguments:
-                raise _Bad(f"template references undefined argument: {name}", line)
+        names = []
+        while (section := SECTION.search(text)) is not None:
+            names.append(section.group(2))
+            text = text[: section.start()] + section.group(3) + text[section.end() :]
+        bad = [
+            _Bad(f"template references undefined argument: {name}", line)
+            for name in dict.fromkeys([*names, *PLACEHOLDER.findall(text)])
+            if name not in arguments
+        ]
+        bad += [
+            _Bad(f"section {tag.group(0)} is not closed ({{{{#name}}}}...{{{{/name}}}})", line)
+            for tag in _TAG.finditer(text)
+        ]
+        if bad:
+            bad[0].more = bad[1:]
+            raise bad[0]
 
     # --- resources
 
     def resource(self, value: Any, where: Where, seen: set[str]) -> ResourceSpec:
         entry = _Entry(value, "a resource", where.line)
-        entry.only(_RESOURCE_FIELDS)
+        with self.noted():
+            entry.only(_RESOURCE_FIELDS)
         uri, name, kind = entry.text("uri"), entry.text("name"), entry.text("type")
         for field, given in (("uri", uri), ("name", name), ("type", kind)):
-            if not given:
-                raise _Bad(f"{field} is required")
-        _unique(seen, uri, f"duplicate resource URI: {uri}", entry.line("uri"))
-        if kind not in ("sql", "static"):
+            with self.noted():
+                if not given:
+                    raise _Bad(f"{field} is required")
+        if uri:
+            self.unique(seen, uri, f"duplicate resource URI: {uri}", entry.line("uri"))
+        if kind and kind not in ("sql", "static"):
             raise _Bad(f'invalid type "{kind}" (must be sql or static)', entry.line("type"))
         mime = entry.text("mimeType") or (TSV if kind == "sql" else JSON)
         if kind == "sql":
-            if not entry.text("sql").strip():
-                raise _Bad("sql type requires 'sql' field")
-            check_statement(entry.text("sql"), "sql", entry.line("sql"))
-            if mime not in (TSV, JSON):
-                raise _Bad(
-                    f"sql resources are served as {TSV} (the default) or {JSON}, not {mime}",
-                    entry.line("mimeType"),
-                )
-        elif "data" not in entry.value or entry.value["data"] is None:
-            raise _Bad("static type requires 'data' field")
-        parameters = self.template(entry, uri, kind)
+            with self.noted():
+                if not entry.text("sql").strip():
+                    raise _Bad("sql type requires 'sql' field")
+                check_statement(entry.text("sql"), "sql", entry.line("sql"))
+            with self.noted():
+                if mime not in (TSV, JSON):
+                    raise _Bad(
+                        f"sql resources are served as {TSV} (the default) or {JSON}, not {mime}",
+                        entry.line("mimeType"),
+                    )
+        elif kind and ("data" not in entry.value or entry.value["data"] is None):
+            with self.noted():
+                raise _Bad("static type requires 'data' field")
+        parameters: list[ArgumentSpec] = []
+        if uri:
+            with self.noted():
+                parameters = self.template(entry, uri, kind)
         return ResourceSpec(
             where,
             uri,
@@ -353,10 +448,11 @@ class _Loader:
             raise _Bad("a static resource cannot have {parameters} in its uri", line)
         given = {}
         for value, at in entry.items("parameters"):
-            parameter = _argument(value, at, _PARAMETER_FIELDS)
-            if parameter.name not in variables:
-                raise _Bad(f"parameter {parameter.name} is not in the uri {uri}", at)
-            given[parameter.name] = parameter
+            with self.noted():
+                parameter = self.argument(value, at, _PARAMETER_FIELDS)
+                if parameter.name not in variables:
+                    raise _Bad(f"parameter {parameter.name} is not in the uri {uri}", at)
+                given[parameter.name] = parameter
         optional = set(parsed.query_variable_names)
         return [
             ArgumentSpec(v, given[v].description, v not in optional, given[v].completion)
@@ -368,14 +464,28 @@ class _Loader:
     # --- tools
 
     def tool(self, value: Any, where: Where, seen: set[str]) -> ToolSpec:
-        entry, name = _named(value, "tool", where, _TOOL_FIELDS, seen)
-        if not _TOOL_NAME.fullmatch(name):
-            raise _Bad(
-                f'invalid name "{name}" (letters, digits, _, - and . only, at most 128)',
-                entry.line("name"),
-            )
-        if name in self.reserved.tools:
-            raise _Bad(f"name {name} is a built-in tool", entry.line("name"))
+        entry, name = self.named(value, "tool", where, _TOOL_FIELDS, seen)
+        with self.noted():
+            if name and not _TOOL_NAME.fullmatch(name):
+                raise _Bad(
+                    f'invalid name "{name}" (letters, digits, _, - and . only, at most 128)',
+                    entry.line("name"),
+                )
+            if name in self.reserved.tools:
+                raise _Bad(f"name {name} is a built-in tool", entry.line("name"))
+        schema: dict[str, Any] = {}
+        with self.noted():
+            schema = self.input_schema(entry)
+        timeout = entry.value.get("timeout")
+        timeout_ms = None
+        with self.noted():
+            try:
+                timeout_ms = None if timeout is None else duration_ms(str(timeout))
+            except ValueError as exc:
+                raise _Bad(str(exc), entry.line("timeout")) from None
+        allow_writes = False
+        with self.noted():
+            allow_writes = entry.flag("allow_writes")
         kind = entry.text("type")
         if not kind:
             raise _Bad("type is required")
@@ -383,28 +493,27 @@ class _Loader:
             raise _Bad(
                 f'invalid type "{kind}" (must be sql, pl-do, or pl-func)', entry.line("type")
             )
-        schema = self.input_schema(entry)
         sql, language, code, returns = (
             entry.text(k) for k in ("sql", "language", "code", "returns")
         )
-        returns_set, statement = False, ""
+        returns_set, statement, writes = False, "", ""
         if kind == "sql":
             if not sql.strip():
                 raise _Bad("sql type requires 'sql' field")
-            check_statement(sql, "sql", entry.line("sql"))
+            writes = check_statement(sql, "sql", entry.line("sql"))
         if kind != "sql":
             for field, given in (("language", language), ("code", code)):
-                if not given.strip():
-                    raise _Bad(f"{kind} type requires '{field}' field")
-            if kind == "pl-func" and not returns.strip():
-                raise _Bad("pl-func type requires 'returns' field")
-            self.language(language, entry.line("language"))
-            returns_set, statement = self.code(kind, language, returns, code, entry)
-        timeout = entry.value.get("timeout")
-        try:
-            timeout_ms = None if timeout is None else duration_ms(str(timeout))
-        except ValueError as exc:
-            raise _Bad(str(exc), entry.line("timeout")) from None
+                with self.noted():
+                    if not given.strip():
+                        raise _Bad(f"{kind} type requires '{field}' field")
+            with self.noted():
+                if kind == "pl-func" and not returns.strip():
+                    raise _Bad("pl-func type requires 'returns' field")
+            if language:
+                with self.noted():
+                    self.language(language, entry.line("language"))
+            if language and code.strip() and (kind != "pl-func" or returns.strip()):
+                returns_set, statement = self.code(kind, language, returns, code, entry)
         return ToolSpec(
             where,
             name,
@@ -420,7 +529,8 @@ class _Loader:
             statement=statement,
             function=plcode.function_name(language, returns, code) if kind == "pl-func" else "",
             timeout_ms=timeout_ms,
-            allow_writes=entry.flag("allow_writes"),
+            allow_writes=allow_writes,
+            writes=writes,
         )
 
     def input_schema(self, entry: _Entry) -> dict[str, Any]:
@@ -435,17 +545,22 @@ class _Loader:
         properties = schema.value.get("properties") or Located()
         if not isinstance(properties, Located):
             raise _Bad("input_schema: properties must be a mapping", line)
+        before = len(self.found)
         for name, prop in properties.items():
-            self.property(prop, f'input_schema: property "{name}"', properties.lines[name])
+            with self.noted():
+                self.property(prop, f'input_schema: property "{name}"', properties.lines[name])
         required = schema.value.get("required") or []
         if not isinstance(required, list):
             raise _Bad("input_schema: required must be a list", schema.line("required"))
         for name in required:
-            if name not in properties:
-                raise _Bad(
-                    f'input_schema: required property "{name}" not found in properties',
-                    schema.line("required"),
-                )
+            with self.noted():
+                if name not in properties:
+                    raise _Bad(
+                        f'input_schema: required property "{name}" not found in properties',
+                        schema.line("required"),
+                    )
+        if len(self.found) > before:
+            return {}
         plain: dict[str, Any] = to_plain(schema.value)
         plain.setdefault("type", "object")
         plain.setdefault("properties", {})
@@ -515,6 +630,15 @@ class _Loader:
 
 def load(path: str, settings: ServerSettings, reserved: Reserved) -> Definitions:
     """The validated definitions of the file at `path`; DefinitionsError lists every problem."""
+    defs, problems = read(path, settings, reserved)
+    if problems:
+        raise DefinitionsError(problems)
+    return defs
+
+
+def read(path: str, settings: ServerSettings, reserved: Reserved) -> tuple[Definitions, list[str]]:
+    """The definitions of the file at `path` that are valid, and every problem of the others
+    (in the order of their lines); DefinitionsError when the file itself cannot be read."""
     if Path(path).suffix.lower() not in (".yaml", ".yml"):
         raise DefinitionsError([f"{path}: a definitions file must end in .yaml or .yml"])
     try:
@@ -528,7 +652,9 @@ def load(path: str, settings: ServerSettings, reserved: Reserved) -> Definitions
     return parse(path, document, settings, reserved)
 
 
-def parse(path: str, document: Any, settings: ServerSettings, reserved: Reserved) -> Definitions:
+def parse(
+    path: str, document: Any, settings: ServerSettings, reserved: Reserved
+) -> tuple[Definitions, list[str]]:
     top = _Loader(path, settings, reserved)
     if document is None:
         document = Located()
@@ -543,11 +669,15 @@ def parse(path: str, document: Any, settings: ServerSettings, reserved: Reserved
             if not isinstance(value, list):
                 raise _Bad(f"{key} must be a list", line)
     except _Bad as bad:
-        raise DefinitionsError([f"{path}:{bad.line or 1}: {bad.message}"]) from None
-    # Resources first: a prompt's resource content must name one of them.
+        raise DefinitionsError(
+            [f"{path}:{b.line or 1}: {b.message}" for b in (bad, *bad.more)]
+        ) from None
+    # Resources first: a prompt's resource content must name one of them (or one of the
+    # file's that has problems of its own, so that a prompt is not reported for those).
     seen: set[str] = set()
     resources = top.each("resource", sections["resources"], lambda v, w: top.resource(v, w, seen))
     fixed = {r.uri for r in resources if not r.is_template} | reserved.resources
+    fixed |= {v["uri"] for v in sections["resources"][0] if isinstance(v, Located) and "uri" in v}
     templates = [UriTemplate.parse(r.uri) for r in resources if r.is_template]
     templates += list(top.templates.values())
 
@@ -558,7 +688,5 @@ def parse(path: str, document: Any, settings: ServerSettings, reserved: Reserved
     prompts = top.each("prompt", sections["prompts"], lambda v, w: top.prompt(v, w, names, served))
     tool_names: set[str] = set()
     tools = top.each("tool", sections["tools"], lambda v, w: top.tool(v, w, tool_names))
-    problems = [p for kind in ("prompt", "resource", "tool") for p in top.problems[kind]]
-    if problems:
-        raise DefinitionsError(problems)
-    return Definitions(path, prompts, resources, tools)
+    problems = [problem for _, problem in sorted(top.problems, key=lambda p: p[0])]
+    return Definitions(path, prompts, resources, tools), problems

@@ -22,7 +22,7 @@ from pathlib import Path
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom.build import Loaded, build
 from pg_mcp_server.custom.check import check
-from pg_mcp_server.custom.loader import load
+from pg_mcp_server.custom.loader import read
 from pg_mcp_server.custom.specs import DefinitionsError, Reserved
 from pg_mcp_server.database.engine import Database
 from pg_mcp_server.errors import DatabaseConnectionError
@@ -54,12 +54,27 @@ def _one_line(exc: DefinitionsError) -> str:
     return text if len(text) <= _LOG_CHARS else text[:_LOG_CHARS] + "..."
 
 
-async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Database) -> Loaded:
+def _in_order(problems: list[str]) -> list[str]:
+    """`file:line: ...` problems by their line (stable: a line's own stay in order)."""
+
+    def line(problem: str) -> int:
+        head = problem.split(": ", 1)[0].rsplit(":", 1)
+        return int(head[1]) if len(head) == 2 and head[1].isdigit() else 0
+
+    return sorted(problems, key=line)
+
+
+async def load_checked(
+    path: str, settings: Settings, reserved: Reserved, db: Database, *, quiet: bool = False
+) -> Loaded:
     """The file validated, checked against the database and built; DefinitionsError if any
-    definition is refused. An unreachable database skips the check (logged)."""
-    defs = load(path, settings.server, reserved)
+    definition is refused. An unreachable database skips the check (logged). `quiet`: the
+    tools left out are not logged (the load that serves them does)."""
+    defs, problems = read(path, settings.server, reserved)
     try:
         checked = await check(defs, db, settings.server.trusted_roles)
+    except DefinitionsError as refused:  # with the file's other problems, in line order
+        raise DefinitionsError(_in_order(problems + refused.problems)) from None
     except DatabaseConnectionError as exc:
         logger.warning(
             "custom definitions in %s not checked against the database (%s); serving them "
@@ -68,7 +83,9 @@ async def load_checked(path: str, settings: Settings, reserved: Reserved, db: Da
             exc.message,
         )
         checked = None
-    return build(defs, checked, settings)
+    if problems:
+        raise DefinitionsError(problems)
+    return build(defs, checked, settings, quiet=quiet)
 
 
 async def check_file(settings: Settings, reserved: Reserved) -> None:
@@ -77,7 +94,7 @@ async def check_file(settings: Settings, reserved: Reserved) -> None:
     assert path is not None
     db = Database(settings.database)
     try:
-        await load_checked(path, settings, reserved, db)
+        await load_checked(path, settings, reserved, db, quiet=True)
     finally:
         await db.dispose()
 

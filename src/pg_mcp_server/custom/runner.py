@@ -72,7 +72,8 @@ class Rows:
     def structured(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "columns": [{"name": c.name, "data_type": c.data_type} for c in self.columns],
-            "rows": self.rows,
+            # arrays in the order of `columns`, as execute_query's
+            "rows": [list(row.values()) for row in self.rows],
             "row_count": len(self.rows),
             "has_more": self.has_more,
         }

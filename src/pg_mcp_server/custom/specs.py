@@ -99,6 +99,7 @@ class ToolSpec:
     function: str = ""  # pl-func: its function's name in pg_temp (plcode.function_name)
     timeout_ms: int | None = None
     allow_writes: bool = False  # what the file asks; writes need MCP_ALLOW_WRITE_TOOLS too
+    writes: str = ""  # sql: the command it writes with (INSERT, UPDATE, ...), "" if it reads
 
     @property
     def properties(self) -> list[str]:
