@@ -175,6 +175,17 @@ REFUSED = [
     ("join_on", "SELECT o.id FROM orders o JOIN users u ON u.password_hash = 'x'", "password_hash"),
     ("view_column", "SELECT id FROM logins WHERE h = 'hunter2'", "h"),
     (
+        "join_using",  # a dictionary attack in one call: the matching guess comes back
+        "SELECT u.name, g.guess FROM users u JOIN (SELECT x AS password_hash, x AS guess "
+        "FROM (VALUES ('123456'), ('hunter2')) t(x)) g USING (password_hash)",
+        "password_hash",
+    ),
+    (
+        "natural_join",
+        "SELECT name FROM users NATURAL JOIN (SELECT 'hunter2' AS password_hash) g",
+        "password_hash",
+    ),
+    (
         "options",
         "SELECT srvname FROM pg_user_mappings WHERE umoptions::text LIKE '%fdw%'",
         "umoptions",

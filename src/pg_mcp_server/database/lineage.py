@@ -617,6 +617,11 @@ class Analysis:
             right_names = {n for n, _ in right.columns}
             using = [n for n, _ in left.columns if n in right_names]
         merged = [(n, left.column(n) or right.column(n)) for n in using]
+        for n, tainted in merged:
+            # USING and NATURAL compare the two sides' columns as ON would: a join on a
+            # sensitive column against a list of guesses tells which guess is right.
+            if self._sensitive(tainted, n) and self.strict:
+                raise _refuse("compares (JOIN ... USING or NATURAL JOIN)", n)
         columns = (
             merged
             + [c for c in left.columns if c[0] not in using]
