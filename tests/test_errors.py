@@ -196,3 +196,19 @@ async def test_a_bad_value_in_the_query_is_not_called_a_parameter_error(demo_dsn
             assert body["error"]["context"]["sqlstate"].startswith("22")
         body = await call_error(client, "execute_query", sql="SELECT $1::int", params=[2**40])
         assert body["error"]["code"] == "PARAMETER_ERROR"
+
+
+async def test_a_column_the_driver_cannot_read_is_named_not_a_lost_connection(
+    demo_dsn: str,
+) -> None:
+    """pg_stats' anyarray columns cannot be described by the driver: the answer says so and
+    how to read them, instead of CONNECTION_ERROR."""
+    async with connect(demo_dsn, redact_sensitive_columns=False) as client:
+        sql = "SELECT histogram_bounds FROM pg_stats LIMIT 1"
+        body = await call_error(client, "execute_query", sql=sql)
+        assert body["error"]["code"] == "INVALID_SQL", body
+        assert "::text" in body["error"]["suggestion"]
+        out = await call(
+            client, "execute_query", sql="SELECT histogram_bounds::text FROM pg_stats LIMIT 1"
+        )
+        assert out["row_count"] == 1

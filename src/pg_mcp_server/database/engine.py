@@ -742,6 +742,14 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
                 "(an enum takes only its labels).",
                 context=pg_context(err),
             )
+        if isinstance(err, asyncpg.InternalClientError) and "resolve query result" in str(err):
+            # The driver cannot describe a result of a pseudo-type it cannot decode (anyarray:
+            # pg_stats.histogram_bounds, most_common_vals); nothing is wrong with the link.
+            return InvalidSqlError(
+                "The database driver cannot read a column of this query's result (a column of "
+                "type anyarray, such as pg_stats.histogram_bounds, has no type it can decode).",
+                suggestion="Cast that column to text, e.g. histogram_bounds::text.",
+            )
         if isinstance(
             err,
             asyncpg.PostgresConnectionError
