@@ -204,10 +204,16 @@ class Terminal:
             os.close(self.master)
             self.master = -1
         if self.proc.poll() is None:
-            for child in psutil.Process(self.proc.pid).children(recursive=True):
-                child.kill()
-            self.proc.kill()
-            self.proc.wait(10)
+            # Stopped as a user would first, so that the server stops its PostgreSQL (whose
+            # postmaster pg_ctl made no child of it: killing the server alone would leave it).
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                for child in psutil.Process(self.proc.pid).children(recursive=True):
+                    child.kill()
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 @pytest.fixture
