@@ -186,7 +186,7 @@ async def test_custom_tools_are_reset_too(
     (login,) = await fetch(low_role, "SELECT current_user AS u")
     async with serve(low_role, tmp_path, CUSTOM, allow_write_tools=True) as client:
         for tool in ("take_lock", "become_low"):
-            (used,) = (await call(client, tool))["rows"]
+            (used,) = records(await call(client, tool))  # rows are arrays, as execute_query's
             out = await call(
                 client,
                 "execute_query",
