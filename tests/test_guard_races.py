@@ -148,19 +148,16 @@ async def wait_for_lock_wait(admin: str, database: str) -> None:
     raise AssertionError("the server's call never waited on the attacker's lock")
 
 
-async def race(
-    bed: Bed, change: str, attempt: Callable[[], Awaitable[Any]], via: str | None = None
-) -> Any:
+async def held_while(
+    bed: Bed, change: str, attempt: Callable[[], Awaitable[Any]]
+) -> tuple[Any, list[str]]:
     """Run `attempt` while the attacker holds `change` uncommitted; commit once the server's
-    backend (of database `via`, when it goes through a pooler) is seen waiting on it. What
-    `attempt` returned, after checking that the attacker's function never ran as the server's
-    role."""
+    backend is seen waiting on it. What `attempt` returned, and the NOTIFYs heard."""
     listener = await asyncpg.connect(bed.admin)
     heard: list[str] = []
     await listener.add_listener("atk", lambda *args: heard.append(args[-1]))
     attacker = await asyncpg.connect(bed.attacker)
     try:
-        since = await bed.next_xid()
         await attacker.execute("BEGIN")
         await attacker.execute(change)
         task = asyncio.ensure_future(attempt())
@@ -170,13 +167,21 @@ async def race(
             await attacker.execute("COMMIT")
         outcome = await task
         await listener.execute("SELECT 1")  # a round trip: a NOTIFY sent would be here now
-        # (the attacker's own DDL may run it: CREATE INDEX folds its predicate)
-        assert bed.reader_role not in heard, "the attacker's function ran: its NOTIFY arrived"
-        assert await bed.burnt_xids(since) == [], "the attacker's function took an XID"
-        return outcome
+        return outcome, heard
     finally:
         await attacker.close()
         await listener.close()
+
+
+async def race(bed: Bed, change: str, attempt: Callable[[], Awaitable[Any]]) -> Any:
+    """`held_while`, after checking that the attacker's function never ran as the server's
+    role: no NOTIFY of the server's role, no transaction ID taken. What `attempt` returned."""
+    since = await bed.next_xid()
+    outcome, heard = await held_while(bed, change, attempt)
+    # (the attacker's own DDL may run it: CREATE INDEX folds its predicate)
+    assert bed.reader_role not in heard, "the attacker's function ran: its NOTIFY arrived"
+    assert await bed.burnt_xids(since) == [], "the attacker's function took an XID"
+    return outcome
 
 
 def assert_refused(body: dict[str, Any]) -> None:

@@ -51,8 +51,8 @@ from test_guard_races import (
     Bed,
     assert_refused,
     bed,
+    held_while,
     race,
-    wait_for_lock_wait,
 )
 from test_guard_races import server as server_in_process
 from test_http import serve as serve_http
@@ -236,24 +236,7 @@ resources:
 async def custom_race(bed: Bed, attempt: Callable[[], Awaitable[Any]]) -> tuple[Any, list[str]]:
     """`attempt` raced against the view's replacement as in test_guard_races.race, but
     custom SQL is not guarded: what it returned and the NOTIFYs heard, for the test to judge."""
-    listener = await asyncpg.connect(bed.admin)
-    heard: list[str] = []
-    await listener.add_listener("atk", lambda *args: heard.append(args[-1]))
-    attacker = await asyncpg.connect(bed.attacker)
-    try:
-        await attacker.execute("BEGIN")
-        await attacker.execute(REPLACE_VIEW)
-        task = asyncio.ensure_future(attempt())
-        try:
-            await wait_for_lock_wait(bed.admin, bed.database)
-        finally:
-            await attacker.execute("COMMIT")
-        outcome = await task
-        await listener.execute("SELECT 1")  # a round trip: a NOTIFY sent would be here now
-        return outcome, heard
-    finally:
-        await attacker.close()
-        await listener.close()
+    return await held_while(bed, REPLACE_VIEW, attempt)
 
 
 @pytest.mark.parametrize("kind", ["tool", "resource", "completion"])
