@@ -93,7 +93,13 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
             "CREATE OPERATOR public.<~> (LEFTARG = int, RIGHTARG = int, "
             "FUNCTION = planter.effect_pair)"
         )
-        await refused(client, "SELECT 1 <~> 2", "untrusted_owner", "planter.effect_pair")
+        await refused(
+            client, "SELECT 1 OPERATOR(public.<~>) 2", "untrusted_owner", "planter.effect_pair"
+        )
+        # Unqualified, it is not found: public, where the planter may create objects, is left
+        # off the statement's path (no trusted candidate there).
+        body = await call_error(client, "execute_query", sql="SELECT 1 <~> 2")
+        assert body["error"]["code"] == "INVALID_SQL", body
 
         # A new implicit cast to a type the statement reads.
         boxes = "SELECT count(*) AS n FROM planter.boxes"
@@ -162,8 +168,11 @@ async def test_planted_operators_take_over_neither_the_guards_queries_nor_the_dr
     planted: tuple[str, str],
 ) -> None:
     """The guard's own catalog queries give every operator its exact built-in types; the
-    query asyncpg runs to learn an unfamiliar result type does not, so an operator planted
-    for it makes every statement refused (here `planter.ds` returns a domain's values)."""
+    query asyncpg runs to learn an unfamiliar result type does not, but it runs on the
+    statement's path, which leaves out public, where the planter may create objects: an
+    operator planted there for it is never found (here `planter.ds` returns a domain's
+    values), and refuses nothing (it refused every statement while public stayed on the
+    path: security review F6)."""
     dsn, role = planted
     await execute(dsn, HIJACK.format(role=role))
     before = (await fetch(dsn, STATS_RESET))[0][0]
@@ -175,7 +184,10 @@ async def test_planted_operators_take_over_neither_the_guards_queries_nor_the_dr
         await call(client, "execute_query", sql=QUERIES[1])
         await execute(dsn, DRIVER_HIJACK.format(role=role))
         for sql in QUERIES:
-            await refused(client, sql, "untrusted_owner", "planter.reset_oid")
+            await call(client, "execute_query", sql=sql)
+    async with connect(dsn) as client:  # new sessions: the driver looks the domain up again
+        for sql in QUERIES:
+            await call(client, "execute_query", sql=sql)
     assert (await fetch(dsn, STATS_RESET))[0][0] == before
 
 

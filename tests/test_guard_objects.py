@@ -50,6 +50,10 @@ class Attack:
     since: int = 0  # the PostgreSQL major version that has what it uses
     extension: bool = False  # needs the planter's pg_trgm (a trusted extension)
     tablefunc: bool = False  # needs tablefunc
+    # Found by an unqualified name in public, where the planter may create objects: the
+    # statement runs without public on its path (no trusted candidate there), so PostgreSQL
+    # never finds it and says so (docs/security.md, "Schemas anyone may create in").
+    off_path: bool = False
 
     @property
     def id(self) -> str:
@@ -60,7 +64,7 @@ A = Attack
 UNTRUSTED = "untrusted_owner"
 # (A schema's or the database's relations are all checked; the foreign table is found first.)
 ATTACKS = [
-    A("operator", "SELECT 1 === 2", "planter.op_fn", UNTRUSTED, plan_time=True),
+    A("operator", "SELECT 1 === 2", "planter.op_fn", UNTRUSTED, plan_time=True, off_path=True),
     A(
         "operator_qualified",
         "SELECT 1 OPERATOR(public.===) 2",
@@ -136,6 +140,7 @@ ATTACKS = [
         "planter.op_fn",
         UNTRUSTED,
         plan_time=True,
+        off_path=True,
     ),
     A(
         "sql_body_atomic",
@@ -165,7 +170,14 @@ ATTACKS = [
         "pg_catalog.pg_stat_reset",
         "volatile_function",
     ),
-    A("shadowing_builtin", "SELECT lower(1)", "public.lower", UNTRUSTED, plan_time=True),
+    A(
+        "shadowing_builtin",
+        "SELECT lower(1)",
+        "public.lower",
+        UNTRUSTED,
+        plan_time=True,
+        off_path=True,
+    ),
     A(
         "index_expression",
         "SELECT * FROM planter.indexed WHERE id = 1",
@@ -197,7 +209,14 @@ ATTACKS = [
         plan_time=True,
     ),
     A("view_range", "SELECT * FROM planter.v_range", "planter.diff", UNTRUSTED, real=False),
-    A("view_sql_body", "SELECT * FROM planter.v_body", "planter.op_fn", UNTRUSTED, plan_time=True),
+    A(
+        "view_sql_body",
+        "SELECT * FROM planter.v_body",
+        "planter.op_fn",
+        UNTRUSTED,
+        plan_time=True,
+        off_path=True,
+    ),
     A("view_sorted", "SELECT * FROM planter.v_sorted", "planter.level_", UNTRUSTED),
     A("view_over_view", "SELECT * FROM planter.v_view", "planter.op_fn", UNTRUSTED, plan_time=True),
     A(
@@ -293,6 +312,7 @@ ATTACKS = [
         "planter.op_fn",
         UNTRUSTED,
         tablefunc=True,
+        off_path=True,
     ),
     A("foreign_table", "SELECT * FROM planter.remote_trap", "remote_trap", "foreign_table"),
     # (Through the planter's view, postgres_fdw would connect as the planter and need a password.)
@@ -470,8 +490,15 @@ async def test_planted_object_is_refused_and_changes_nothing(
         assert changed, "the planted attack did nothing: this test would prove nothing"
 
     before, xid = await bed.state(), await bed.next_xid()
-    body = await call_error(client, tool, sql=attack.sql)
-    _refused(body["error"], attack.culprit, attack.rule)
+    if attack.off_path and explain and not attack.plan_time:
+        await call(client, tool, sql=attack.sql)  # planned, never run: nothing to find
+    elif attack.off_path:
+        body = await call_error(client, tool, sql=attack.sql)
+        assert body["error"]["code"] == "INVALID_SQL", body
+        assert "does not exist" in body["error"]["message"], body
+    else:
+        body = await call_error(client, tool, sql=attack.sql)
+        _refused(body["error"], attack.culprit, attack.rule)
     assert _changes(before, await bed.state(), await bed.burnt_xids(xid)) == []
 
 
@@ -529,12 +556,29 @@ async def test_xml_of_a_safe_view_is_checked_not_refused(bed: Bed, client: Clien
         assert body["error"]["code"] == "INVALID_SQL", body
 
 
-async def test_unqualified_name_refusal_says_how_to_qualify(client: Client) -> None:
-    """A planted public.lower(int) is a candidate for lower('X') too (the guard cannot know
-    the argument's type): refused, with the way around it."""
-    body = await call_error(client, "execute_query", sql="SELECT lower('X')")
-    assert body["error"]["context"]["culprit"].startswith("function public.lower(")
-    assert "pg_catalog.lower" in body["error"]["suggestion"]
+async def test_unqualified_name_refusal_says_how_to_qualify(bed: Bed, client: Client) -> None:
+    """A lower(int) an untrusted role owns, in a schema on the path only trusted roles may
+    create in, is a candidate for lower('X') too (the guard cannot know the argument's
+    type): refused, with the way around it. The planted public.lower(int) is not: public,
+    where the planter may create, is left off the statement's path."""
+    sql = "SELECT lower('X')"
+    assert records(await call(client, "execute_query", sql=sql)) == [{"lower": "x"}]
+    path = "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I {}', current_database()); END $$"
+    await execute(
+        bed.dsn,
+        "CREATE SCHEMA hinted; GRANT USAGE ON SCHEMA hinted TO PUBLIC; "
+        "CREATE FUNCTION hinted.lower(int) RETURNS text IMMUTABLE LANGUAGE sql "
+        "AS 'SELECT $1::text'; "
+        f'ALTER FUNCTION hinted.lower(int) OWNER TO "{bed.role}"; '
+        + path.format('SET search_path = "$user", public, hinted'),
+    )
+    try:
+        async with connect(bed.dsn) as hinted:  # new sessions: the database's path
+            body = await call_error(hinted, "execute_query", sql=sql)
+        assert body["error"]["context"]["culprit"].startswith("function hinted.lower("), body
+        assert "pg_catalog.lower" in body["error"]["suggestion"]
+    finally:
+        await execute(bed.dsn, path.format("RESET search_path") + "; DROP SCHEMA hinted CASCADE")
 
 
 async def test_foreign_tables_are_read_when_allowed(bed: Bed) -> None:

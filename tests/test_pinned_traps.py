@@ -310,8 +310,10 @@ async def test_no_trap_is_hit_and_every_answer_stays(bed: tuple[str, str]) -> No
 
 async def test_the_driver_lookup_trap_is_never_reached(bed: tuple[str, str]) -> None:
     """With traps named like the operators of asyncpg's own type lookup query (one of them,
-    `oid <> integer`, it would run), the guard refuses every statement it judges; nothing
-    else changes, and none of our statements makes the driver look a type up."""
+    `oid <> integer`, it would run), the guard refuses every statement it judges whose path
+    keeps public (where the planter may create objects; one that needs nothing there runs
+    without it, where the traps are not found, and answers as before); nothing else changes,
+    and none of our statements makes the driver look a type up."""
     dsn, planter = bed
     async with connect(dsn) as client:
         before = await sweep(client)
@@ -328,7 +330,7 @@ async def test_the_driver_lookup_trap_is_never_reached(bed: tuple[str, str]) -> 
         "pg://schemas/public/tables/orders/sample",
     )
     for label, answer in after.items():
-        if label.startswith(guarded):
+        if label.startswith(guarded) and answer != before[label]:
             if label.startswith("pg://"):
                 assert "WRITE_OPERATION_DENIED" in answer or "type lookup" in answer, answer
             else:

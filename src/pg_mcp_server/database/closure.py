@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from asyncpg import introspection
@@ -79,6 +79,9 @@ class Plan:
     reached: dict[Obj, Obj | None]  # each object and the one it was reached from
     lookups: Lookups
     refusal: Refusal | None
+    # The search path it was walked under, so the one the statement must run under: the
+    # session's without its open schemas where the statement has no trusted candidate.
+    path: tuple[int, ...]
     missing_relations: set[int]  # relations (by oid) to read before the plan is complete
     missing_types: set[int]  # types neither in the catalog nor known row types
     unresolved: bool  # names never resolved yet: the check must run before trusting this
@@ -93,12 +96,33 @@ class Plan:
 
 
 def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
-    """What a statement reaches under `judge`'s catalog and `relations`, and its verdict."""
-    walk = _Walk(judge, relations)
-    walk.statement(refs)
-    walk.names(_driver_lookup(), (DRIVER, 0), judge.catalog.path)
+    """What a statement reaches under `judge`'s catalog and `relations`, and its verdict,
+    on the search path it is to run under (see `run_path`)."""
+    walk = _Walk(judge, relations, run_path(judge, refs, relations))
+    walk.names(refs, None, walk.path)
+    walk.names(_driver_lookup(), (DRIVER, 0), walk.path)
     walk.run()
     return walk.finish()
+
+
+def run_path(judge: Judge, refs: Refs, relations: Relations) -> tuple[int, ...]:
+    """The session's search path without the open schemas (where a role that is not trusted
+    may create objects, see Catalog.open_schemas) in which none of the statement's names
+    has a candidate a trusted role owns. An object planted there after the check, between
+    it and PostgreSQL's parse, is then never found: the statement runs on this path
+    (freshness.py sets it in its transaction), and the walk that judges it uses it too. A
+    first walk on the whole path finds the trusted candidates; it follows only trusted
+    code, so that nothing a role that is not trusted made can keep a schema on the path."""
+    c = judge.catalog
+    open_here = [nsp for nsp in c.path if nsp in c.open_schemas]
+    if not open_here:
+        return c.path
+    scout = _Walk(judge, relations, c.path, scout=set(open_here))
+    scout.names(refs, None, c.path)
+    scout.names(_driver_lookup(), (DRIVER, 0), c.path)
+    scout.run()
+    drop = set(open_here) - scout.kept
+    return tuple(nsp for nsp in c.path if nsp not in drop)
 
 
 def clean(judge: Judge) -> frozenset[Obj]:
@@ -111,7 +135,7 @@ def clean(judge: Judge) -> frozenset[Obj]:
         return judge._clean
     judge._clean = frozenset()  # while computing: walk everything
     edges: list[tuple[Obj, Obj]] = []
-    walk = _Walk(judge, Relations(), record=edges)
+    walk = _Walk(judge, Relations(), judge.catalog.path, record=edges)
     c = judge.catalog
     for kind, oids in ((FUNCTION, c.functions), (OPERATOR, c.operators), (TYPE, c.types)):
         for oid in oids:
@@ -151,11 +175,21 @@ class _Walk:
     """One breadth-first walk from a statement's names (see `plan`)."""
 
     def __init__(
-        self, judge: Judge, relations: Relations, record: list[tuple[Obj, Obj]] | None = None
+        self,
+        judge: Judge,
+        relations: Relations,
+        path: tuple[int, ...] = (),
+        record: list[tuple[Obj, Obj]] | None = None,
+        scout: set[int] | None = None,
     ) -> None:
         self.judge = judge
         self.c = judge.catalog
         self.relations = relations
+        self.path = path  # the search path names resolve on (bodies without their own)
+        # `run_path`'s first walk: the open schemas to look in, and those where a name has a
+        # trusted candidate (kept on the path). It judges nothing and follows trusted code only.
+        self.scout = scout
+        self.kept: set[int] = set()
         # `clean`'s walk records every edge instead of skipping clean built-ins.
         self.record = record
         self.clean = clean(judge) if record is None else frozenset()
@@ -199,6 +233,7 @@ class _Walk:
             here = [f for f in self.c.functions_named.get(name, ()) if f.schema == nsp]
             for f in here:
                 if f.arguments not in seen and f.accepts(nargs):
+                    self.candidate(schema, nsp, self.judge._trusted(f))
                     yield f
             seen.update(f.arguments for f in here)
 
@@ -216,6 +251,7 @@ class _Walk:
             ]
             for o in here:
                 if (o.left, o.right) not in seen:
+                    self.candidate(schema, nsp, self.judge.trusts(o.owner, o.oid))
                     yield o
             seen.update((o.left, o.right) for o in here)
 
@@ -228,17 +264,40 @@ class _Walk:
         for nsp in schemas:
             typ = self.c.types_named.get((nsp, name))
             if typ is not None:
+                self.candidate(schema, nsp, self.judge.trusts(typ.owner, typ.oid))
                 yield typ.oid
                 return
-        yield from (-oid for oid in self.relation_names(schemas, name))
+        yield from (-oid for oid in self.relation_names(schema, path, name))
 
-    def relation_names(self, schemas: Iterable[int], name: str) -> Iterator[int]:
-        for nsp in schemas:
+    def relation_names(
+        self, schema: str | None, path: tuple[int, ...], name: str, *, named: bool = False
+    ) -> Iterator[int]:
+        """Every relation a name may resolve to. `named`: by the statement itself, whose
+        relation in an open schema keeps that schema on the path whoever owns it (its owner
+        is judged like any other, rather than the name not found)."""
+        first = True
+        for nsp in self.schemas(schema, path):
             key = (nsp, name)
             self.lookups.relations.add(key)
             if key not in self.relations.named:
                 self.unresolved = True
-            yield from self.relations.named.get(key, ())
+                self.candidate(schema, nsp, True)  # kept until the check resolves it
+            found = self.relations.named.get(key, ())
+            if found and first:  # PostgreSQL takes the first schema that has one
+                first = False
+                rels = [self.relations.by_oid.get(oid) for oid in found]
+                self.candidate(
+                    schema,
+                    nsp,
+                    named or any(r is None or self.judge.trusts(r.owner, r.oid) for r in rels),
+                )
+            yield from found
+
+    def candidate(self, schema: str | None, nsp: int, trusted: bool) -> None:
+        """A candidate for a name, found in schema `nsp` of the path (`schema` None) or named
+        with its schema: see `run_path`."""
+        if trusted and schema is None and self.scout is not None and nsp in self.scout:
+            self.kept.add(nsp)
 
     def names(self, refs: Refs, parent: Obj | None, path: tuple[int, ...]) -> None:
         """Every object the names in `refs` may resolve to, reached from `parent` (None: the
@@ -256,7 +315,7 @@ class _Walk:
             for t in self.types(schema, name, path):
                 self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
         for schema, name in refs.relations:
-            for oid in self.relation_names(self.schemas(schema, path), name):
+            for oid in self.relation_names(schema, path, name, named=parent is None):
                 self.add((RELATION, oid), parent)
 
     def row_argument(self, f: Function) -> bool:
@@ -264,9 +323,6 @@ class _Walk:
             return False
         typ = self.c.types.get(f.types[0])
         return typ is None or typ.kind == "c" or typ.name in _ROW_ARGUMENTS
-
-    def statement(self, refs: Refs) -> None:
-        self.names(refs, None, self.c.path)
 
     def call(
         self, call: Call, parent: Obj | None, path: tuple[int, ...], *, naming_only: bool = False
@@ -327,7 +383,7 @@ class _Walk:
             if parts is None:
                 return False
             schema, name = (parts[-2] if len(parts) > 1 else None), parts[-1]
-            for oid in self.relation_names(self.schemas(schema, path), name):
+            for oid in self.relation_names(schema, path, name):
                 self.add((RELATION, oid), fn)
             return True
         if kind == NAMES_TYPE_OID and value.isdigit():
@@ -354,8 +410,11 @@ class _Walk:
         while True:
             while self.queue:
                 obj = self.queue.popleft()
-                self.check(obj)
-                self.edges(obj)
+                if self.scout is None:
+                    self.check(obj)
+                    self.edges(obj)
+                elif self.trusted(obj):
+                    self.edges(obj)
             if not casts:
                 return
             # Casts between types in play (built-in types always are: literals, syntax).
@@ -371,6 +430,24 @@ class _Walk:
                     self.add((CAST, cast.oid), (TYPE, user) if user else None)
             if not self.queue:
                 return
+
+    def trusted(self, obj: Obj) -> bool:
+        """Whether a trusted role made `obj` (see Judge): `run_path`'s first walk follows
+        only such code."""
+        kind, oid = obj
+        owner: int | None = None
+        if kind == FUNCTION:
+            f = self.c.functions.get(oid)
+            return f is not None and self.judge._trusted(f)
+        if kind == OPERATOR and oid in self.c.operators:
+            owner = self.c.operators[oid].owner
+        elif kind == TYPE and oid in self.c.types:
+            owner = self.c.types[oid].owner
+        elif kind in (RELATION, ROW) and oid in self.relations.by_oid:
+            owner = self.relations.by_oid[oid].owner
+        elif kind in (FAMILY, CAST, DRIVER):
+            return True
+        return owner is not None and self.judge.trusts(owner, oid)
 
     def check(self, obj: Obj) -> None:
         kind, oid = obj
@@ -463,7 +540,7 @@ class _Walk:
         self.tree(self.judge.tree(FUNCTION, oid, f.trees), obj)
         body = self.judge.body(f)
         if isinstance(body, Refs):  # its naming calls are refused by their own verdict
-            self.names(body, obj, self.judge.function_path(f))
+            self.names(body, obj, self.judge.function_path(f, self.path))
         for g in (f.support, *f.aggregate):
             self.add((FUNCTION, g), obj)
         self.add((OPERATOR, f.sort_operator), obj)
@@ -516,7 +593,7 @@ class _Walk:
             return
         if rel.view_refs is not None:  # its calls with their constants, as written
             for call in rel.view_refs.calls:
-                self.call(call, obj, self.c.path, naming_only=True)
+                self.call(call, obj, self.path, naming_only=True)
         self.tree(rel.code, obj, naming_checked=rel.view_refs is not None)
         for child in rel.children:
             self.add((RELATION, child), obj)
@@ -546,6 +623,7 @@ class _Walk:
             reached=self.reached,
             lookups=self.lookups,
             refusal=self.refusal,
+            path=self.path,
             missing_relations=self.missing_relations,
             missing_types=self.missing_types - set(self.relations.by_row_type),
             unresolved=self.unresolved,

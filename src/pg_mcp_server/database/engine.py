@@ -156,6 +156,9 @@ class Prelude:
     # longer usable): the guard reads its facts again, and the call runs once more
     # (StatementChangedError).
     gone: Callable[[], None] = lambda: None
+    # The `SET LOCAL search_path` among `sql`, if any: the statement's path (see
+    # closure.run_path), recorded in the Transaction.
+    search_path: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -181,6 +184,8 @@ class Transaction:
     conn: asyncpg.Connection
     timeout_ms: int
     locked: dict[int, str] = field(default_factory=dict)
+    # The `SET LOCAL search_path` the guard sent in it, None while the session's holds.
+    search_path: str | None = None
 
 
 # The transaction of the `read_only(explicit=True)` block the current task is in.
@@ -564,6 +569,7 @@ class Database:
         found = transaction_of(conn)
         assert found is not None
         found.locked.update(prelude.locked)
+        found.search_path = prelude.search_path
 
     def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection, began: bool) -> None:
         """Roll back and reset in the background: the caller has its answer already, and a

@@ -199,6 +199,39 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+# The session's own path again, before the guard reads anything that depends on the path
+# (the catalog, a view's definition): the server never sets search_path for a session, so
+# DEFAULT is the path the session started with.
+_SESSION_PATH = "SET LOCAL search_path TO DEFAULT"
+
+
+def _open_warning(catalog: Catalog) -> str:
+    """One line: the open schemas on the search path, by whom, and the fix."""
+    found = []
+    for nsp, roles in sorted(catalog.open_schemas.items()):
+        more = f" and {len(roles) - 5} more" if len(roles) > 5 else ""
+        found.append(f"{catalog.schemas.get(nsp, nsp)!s} (by {', '.join(roles[:5])}{more})")
+    first = catalog.schemas.get(min(catalog.open_schemas), "public")
+    return (
+        "guard: roles that are not trusted may create objects in schemas on the search path: "
+        f"{'; '.join(found)}. Statements run without those schemas on their path unless they "
+        "use a trusted object there, and then an object planted there between the check and "
+        "the statement could run: revoke it (REVOKE CREATE ON SCHEMA "
+        f"{_quoted(first)} FROM PUBLIC, or from those roles) or trust the roles "
+        "(MCP_TRUSTED_ROLES)"
+    )
+
+
+def _set_path(names: Iterable[str]) -> str:
+    """`SET LOCAL search_path` to these schemas, as current_schemas(true) names them. A
+    session's temporary schema is named `pg_temp` (its own, whatever its number: behind a
+    transaction pooler the next statement may be on another server connection, where
+    `pg_temp_3` is another session's schema and would be searched for functions too)."""
+    return "SET LOCAL search_path TO " + ", ".join(
+        _quoted("pg_temp" if n.startswith("pg_temp_") else n) for n in names
+    )
+
+
 @dataclass
 class _Checked:
     """A plan with the CHECK arguments and the answers that would mean "nothing changed"."""
@@ -213,6 +246,10 @@ class _Checked:
     # (renamed, re-read) is locked again.
     locks: dict[int, tuple[str, str]] = field(default_factory=dict)
     verified: str | None = None  # the snapshot at which CHECK last found it current
+    # `SET LOCAL search_path` to the path the plan was walked under (closure.run_path), None
+    # when that is the session's; and that path as current_schemas(true) then names it.
+    search_path: str | None = None
+    path_names: list[str] = field(default_factory=list)
 
     def to_lock(self, locked: dict[int, str]) -> dict[int, tuple[str, str]]:
         return {o: kn for o, kn in self.locks.items() if locked.get(o) != kn[0]}
@@ -234,6 +271,7 @@ class GuardState:
     _gone: set[int] = field(default_factory=set)
     # Sessions whose search path was found to search pg_catalog first.
     _sessions: weakref.WeakSet[asyncpg.Connection] = field(default_factory=weakref.WeakSet)
+    _open_logged: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
     def prelude(self, refs: Refs) -> Prelude | None:
         """The locks a statement's last verified plan needs, to send with its transaction's
@@ -242,21 +280,27 @@ class GuardState:
             return None
         key = (refs, self.judge.catalog.generation, self.relations.generation)
         checked = self._plans.get(key)
-        if checked is None or checked.verified is None or not checked.locks or self._gone:
+        if checked is None or checked.verified is None or self._gone:
             return None
-        return self._prelude(checked.locks)
+        if not checked.locks and checked.search_path is None:
+            return None
+        return self._prelude(checked.locks, checked.search_path)
 
-    def _prelude(self, locks: dict[int, tuple[str, str]]) -> Prelude:
+    def _prelude(
+        self, locks: dict[int, tuple[str, str]], search_path: str | None = None
+    ) -> Prelude:
         named = {oid: how[6:] for oid, (_, how) in locks.items() if not how.startswith("under")}
         tables = sorted({name for oid, name in named.items() if locks[oid][1][:5] == "table"})
         parsed = sorted({name for oid, name in named.items() if locks[oid][1][:5] == "parse"})
         sql = [_LOCK_TABLE.format(", ".join(tables))] if tables else []
         sql += [_PARSE.format(", ".join(parsed))] if parsed else []
+        sql += [search_path] if search_path else []
         return Prelude(
             "; ".join(sql),
             {oid: key for oid, (key, _) in locks.items()},
             named,
             lambda: self._gone.update(locks),
+            search_path,
         )
 
     async def _lock(
@@ -309,19 +353,24 @@ class GuardState:
         # again at each check, which is harmless)
         locked = transaction.locked if transaction is not None else {}
         timeout_ms = transaction.timeout_ms if transaction is not None else None
+        # Which search path holds in the transaction (a prelude may have set the plan's).
+        path = transaction if transaction is not None else Transaction(conn, 0)
         await self._search_path_first(conn)
         if self._gone:
             gone, self._gone = self._gone, set()
+            await self._session_path(conn, path)
             await self._reload(conn)
             await self.relations.read(conn, gone, set())
         reread_for_types = False
         for _ in range(MAX_ROUNDS):
             if not self.judge.catalog.loaded:
+                await self._session_path(conn, path)
                 await self._reload(conn)
             checked = self._checked(refs)
             plan = checked.plan
             involved |= plan.missing_relations | set(plan.user_oids(RELATION, ROW))
             if plan.missing_relations or plan.missing_types:
+                await self._session_path(conn, path)
                 await self.relations.read(conn, plan.missing_relations, plan.missing_types)
                 if plan.missing_types - set(self.relations.by_row_type):
                     if reread_for_types:  # a type nowhere: the guard refuses it
@@ -335,10 +384,12 @@ class GuardState:
                 assert quick is not None
                 if (
                     quick["snapshot"] == checked.verified
-                    and quick["path"] == checked.expected["path"]
+                    and quick["path"] == self._expected_path(checked, path)
                     and not quick["standby"]
                 ):
+                    await self._run_path(conn, path, checked)
                     return plan
+            await self._session_path(conn, path)
             row = await conn.fetchrow(pin(CHECK), *checked.arguments)
             assert row is not None
             # Commits keep moving the snapshot: skip QUICK while that goes on.
@@ -346,12 +397,38 @@ class GuardState:
             if await self._changed(row, checked, conn):
                 continue
             checked.verified = row["snapshot"]
+            await self._run_path(conn, path, checked)
             return plan
         raise WriteOperationDeniedError(
             "The database catalog kept changing while the query was checked.",
             suggestion="Try again in a moment.",
             context={"rule": "catalog_changing"},
         )
+
+    @staticmethod
+    def _expected_path(checked: _Checked, path: Transaction) -> list[str] | None:
+        """What current_schemas(true) says in the transaction while the plan holds: the
+        session's path, or the plan's where the prelude set it (None: some other path, set
+        for another plan; the check then reads the session's again)."""
+        if path.search_path is None:
+            return list(checked.expected["path"])
+        return checked.path_names if path.search_path == checked.search_path else None
+
+    @staticmethod
+    async def _session_path(conn: asyncpg.Connection, path: Transaction) -> None:
+        """Back to the session's search path, for reading the facts (see _SESSION_PATH)."""
+        if path.search_path is not None:
+            await conn.execute(_SESSION_PATH)
+            path.search_path = None
+
+    @staticmethod
+    async def _run_path(conn: asyncpg.Connection, path: Transaction, checked: _Checked) -> None:
+        """Set the search path the plan was walked under, for the statement (a round trip,
+        unless the prelude did it with BEGIN): it was judged on that path, not the session's
+        (see closure.run_path)."""
+        if checked.plan.refusal is None and path.search_path != checked.search_path:
+            await conn.execute(checked.search_path or _SESSION_PATH)
+            path.search_path = checked.search_path
 
     async def _search_path_first(self, conn: asyncpg.Connection) -> None:
         """Refuse a session whose search path puts a schema before pg_catalog: an object there
@@ -383,6 +460,10 @@ class GuardState:
             if self.judge.catalog.loaded and catalog.small == self.judge.catalog.small:
                 judge.reuse_clean(self.judge)
             self.judge = judge
+            if catalog.open_schemas != self._open_logged:
+                self._open_logged = catalog.open_schemas
+                if catalog.open_schemas:
+                    logger.warning("%s", _open_warning(catalog))
 
     def _checked(self, refs: Refs) -> _Checked:
         key = (refs, self.judge.catalog.generation, self.relations.generation)
@@ -478,7 +559,9 @@ class GuardState:
             *pairs(lookups.relations),
             sorted(lookups.schemas),
         ]
-        return _Checked(plan, arguments, expected, self._locks(rels))
+        run_names = [c.schemas[nsp] for nsp in plan.path if nsp in c.schemas]
+        search_path = None if plan.path == c.path else _set_path(run_names)
+        return _Checked(plan, arguments, expected, self._locks(rels), None, search_path, run_names)
 
     async def _changed(
         self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection

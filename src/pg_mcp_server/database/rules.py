@@ -209,6 +209,14 @@ class Judge:
             return "type lookup the database driver (asyncpg) runs for a result's types"
         return f"{kind} {oid}"
 
+    # --- owners ----------------------------------------------------------------------
+
+    def trusts(self, owner: int, oid: int) -> bool:
+        """Whether objects `owner` owns may hold code the guard takes as it finds it: made by
+        initdb, or owned by a trusted role (superusers, the database's owner, the server's
+        own role, MCP_TRUSTED_ROLES)."""
+        return oid < FIRST_USER_OID or owner in self.catalog.trusted_roles
+
     # --- functions -------------------------------------------------------------------
 
     def _trusted(self, f: Function) -> bool:
@@ -306,11 +314,11 @@ class Judge:
             self._trees[(kind, oid)] = tree_refs(text)
         return self._trees[(kind, oid)]
 
-    def function_path(self, f: Function) -> tuple[int, ...]:
+    def function_path(self, f: Function, caller: tuple[int, ...]) -> tuple[int, ...]:
         """The schemas an SQL body's names resolve in: its own search_path, else the
-        caller's (pg_catalog first unless listed)."""
+        caller's, `caller` (pg_catalog first unless listed)."""
         if f.search_path is None:
-            return self.catalog.path
+            return caller
         names = [n.strip().strip('"') for n in f.search_path.split(",")]
         names = [self.catalog.role if n == "$user" else n for n in names]
         if "pg_catalog" not in names:

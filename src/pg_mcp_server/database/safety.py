@@ -167,6 +167,7 @@ class Operator(NamedTuple):
     commutator: int
     negator: int
     xmin: int
+    owner: int
 
 
 class Type(NamedTuple):
@@ -179,6 +180,8 @@ class Type(NamedTuple):
     base: int  # a domain's base type
     relation: int  # a composite type's pg_class row
     xmin: int
+    owner: int
+    owner_name: str | None  # of a type users made
 
 
 class Range(NamedTuple):
@@ -223,7 +226,8 @@ def count_and_sum(value: str, separator: str = ":") -> str:
 # User rows of catalogs too small to key by statement: any change there counts. And every
 # schema, `public` included: the guard resolves schema names once per catalog read, and locks
 # relations by qualified name (freshness.py), so a schema renamed, and another made with its
-# name, must be seen.
+# name, must be seen; so must a change of who may create objects in one (its ACL, its owner,
+# or a role's membership, see CREATORS).
 SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
     ", ".join(
         [
@@ -238,7 +242,10 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
                 ("pg_range", "rngtypid"),
             )
         ]
-        + [f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.pg_namespace t)"]
+        + [
+            f"(SELECT {count_and_sum(xmin('t'))} FROM pg_catalog.{table} t)"
+            for table in ("pg_namespace", "pg_auth_members")
+        ]
     )
 )
 
@@ -247,6 +254,22 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 TRUSTED_ROLES = """ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
     WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[]) ORDER BY 1)"""
 
+# Who may create objects in a schema on the search path (n): its owner, the roles its ACL
+# grants CREATE (PUBLIC: every role), and every member of those (a member can SET ROLE to
+# one), superusers and predefined roles left out (always trusted; pg_database_owner's member
+# is the database's owner, listed itself). The guard drops from a statement's path the
+# schemas where any of them is not trusted (see Catalog.open_schemas).
+CREATORS = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(r.oid::bigint, r.rolname))
+    FROM pg_catalog.pg_roles r
+    WHERE NOT r.rolsuper AND r.oid >= {USER_OID}
+      AND (pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
+           OR EXISTS (
+               SELECT FROM pg_catalog.aclexplode(n.nspacl) a
+               WHERE a.privilege_type = 'CREATE'
+                 AND CASE WHEN a.grantee = 0::pg_catalog.oid THEN true
+                          ELSE pg_catalog.pg_has_role(r.oid, a.grantee, 'MEMBER') END)))"""
+
 CATALOG = f"""
 SELECT
   pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
@@ -254,7 +277,8 @@ SELECT
   {TRUSTED_ROLES} AS trusted,
   {SMALL_CATALOGS} AS small,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
-      pg_catalog.has_schema_privilege(n.oid, 'USAGE')))
+      pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
+      CASE WHEN n.nspname = ANY (pg_catalog.current_schemas(true)) THEN {CREATORS} END))
    FROM pg_catalog.pg_namespace n) AS schemas,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
@@ -294,13 +318,15 @@ SELECT
       o.oid::bigint, o.oprnamespace::bigint, o.oprname, o.oprkind, o.oprleft::bigint,
       o.oprright::bigint, o.oprresult::bigint, o.oprcode::pg_catalog.oid::bigint,
       o.oprrest::pg_catalog.oid::bigint, o.oprjoin::pg_catalog.oid::bigint, o.oprcom::bigint,
-      o.oprnegate::bigint, {xmin("o")}))
+      o.oprnegate::bigint, {xmin("o")}, o.oprowner::bigint))
    FROM pg_catalog.pg_operator o) AS operators,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       t.oid::bigint, t.typnamespace::bigint, t.typname, t.typtype,
       ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout,
             t.typsubscript]::pg_catalog.oid[]::bigint[],
-      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")}))
+      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")},
+      t.typowner::bigint,
+      CASE WHEN t.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(t.typowner) END))
    FROM pg_catalog.pg_type t
    -- NOT_A_TABLE_ROW_TYPE as joins: one hash join instead of 20,000 subqueries on 10k tables
    LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
@@ -348,6 +374,9 @@ class Catalog:
     schemas: dict[int, str] = field(default_factory=dict)
     schema_oids: dict[str, int] = field(default_factory=dict)
     usable: set[int] = field(default_factory=set)  # schemas the role may name (USAGE)
+    # Schemas on the path where a role that is not trusted may create objects -> those roles
+    # (see CREATORS): the guard leaves them out of a statement's path where it can.
+    open_schemas: dict[int, tuple[str, ...]] = field(default_factory=dict)
     functions: dict[int, Function] = field(default_factory=dict)
     functions_named: dict[str, list[Function]] = field(default_factory=dict)
     operators: dict[int, Operator] = field(default_factory=dict)
@@ -381,13 +410,20 @@ class Catalog:
         return catalog
 
     def _fill(self, row: asyncpg.Record) -> None:
-        self.schemas = {oid: name for oid, name, _ in rows(row["schemas"])}
-        self.usable = {oid for oid, _, usage in rows(row["schemas"]) if usage}
+        schemas = rows(row["schemas"])
+        self.schemas = {r[0]: r[1] for r in schemas}
+        self.usable = {r[0] for r in schemas if r[2]}
         self.schema_oids = {name: oid for oid, name in self.schemas.items()}
         self.role = row["role"]
         self.path_names = tuple(row["path"])
         self.path = tuple(self.schema_oids[n] for n in self.path_names if n in self.schema_oids)
         self.trusted_roles = tuple(row["trusted"])
+        for oid, _, _, creators in schemas:
+            untrusted = tuple(
+                name for role, name in creators or () if role not in self.trusted_roles
+            )
+            if untrusted:
+                self.open_schemas[oid] = untrusted
         self.small = row["small"]
         for r in rows(row["functions"]):
             r[13] = tuple(o for o in r[13] or () if o)  # an aggregate's support functions
@@ -455,6 +491,7 @@ class Relation:
     # the server's role may SELECT it, so LOCK TABLE it (a GRANT or REVOKE changes its row,
     # hence its digest; one through a role membership does not, see freshness._lock)
     selectable: bool = False
+    owner: int = 0
 
 
 # The rows that hang off a relation, by the column that names it.
@@ -521,7 +558,8 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
     pg_catalog.pg_get_userbyid(c.relowner),
     (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
     CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
-    pg_catalog.has_table_privilege(c.oid, 'SELECT')))
+    pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+    c.relowner::bigint))
 FROM pg_catalog.pg_class c
 WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
@@ -585,6 +623,7 @@ class Relations:
                 array_type=r[11] or 0,
                 view_refs=_view_refs(r[12]),
                 selectable=r[13],
+                owner=r[14],
             )
             self.by_oid[rel.oid] = rel
             for typ in (rel.row_type, rel.array_type):

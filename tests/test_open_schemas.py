@@ -1,0 +1,319 @@
+"""Statements run without the schemas anyone may create in (security review F4, F6, F3).
+
+A role that is not trusted has CREATE on `public` (legacy rights) and plants operators there:
+`public.=(varchar, varchar)`, which beats the built-in `=(text, text)` for `code = 'x'` on a
+varchar column, and `public.=` on a type of its own, which asyncpg's own type lookup could
+reach. Names resolve again when PostgreSQL parses the statement, after the guard's check, so
+the guard leaves such "open" schemas off the path the statement runs on (SET LOCAL in its
+transaction) unless one of its names has a trusted candidate there: an object planted there,
+before the check or between it and the parse, is then not found at all, neither refused (the
+denial of service of F6) nor run (the race of F4).
+
+The planted function takes a transaction ID and raises 'PWNED': had it run, the call would
+fail with that message and a transaction ID would have been consumed and rolled back (only the
+server rolls back here; the attacker's DDL commits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from guardbed import next_xid_when_idle
+from mcp import Client
+from mcpclient import call, call_error, execute, fetch, records
+from pgbed import PgServer
+from wire import pgbouncer
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.server import build_server
+
+SETUP = """
+CREATE ROLE {atk} LOGIN;
+CREATE ROLE {reader} LOGIN;
+GRANT CREATE, USAGE ON SCHEMA public TO {atk};  -- legacy public CREATE rights
+CREATE SCHEMA atk AUTHORIZATION {atk};
+CREATE SCHEMA app;
+GRANT USAGE ON SCHEMA app TO {reader};
+CREATE TABLE app.items (id int PRIMARY KEY, code varchar(10));
+INSERT INTO app.items VALUES (1, 'x'), (2, 'y');
+GRANT SELECT ON app.items TO {reader};
+-- A trusted function in public (the test bed's superuser owns it).
+CREATE FUNCTION public.trusted_double(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 2';
+SET ROLE {atk};
+CREATE FUNCTION atk.evil(varchar, varchar) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'PWNED as % (xid %)', current_user, pg_catalog.pg_current_xact_id();
+END $$;
+GRANT USAGE ON SCHEMA atk TO PUBLIC;
+CREATE TYPE atk.mine AS (v int);
+CREATE FUNCTION atk.mine_eq(atk.mine, atk.mine) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'PWNED as % (xid %)', current_user, pg_catalog.pg_current_xact_id();
+END $$;
+RESET ROLE;
+"""
+PLANT_EQ = "CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = atk.evil)"
+DROP_EQ = "DROP OPERATOR IF EXISTS public.= (varchar, varchar)"
+PLANT_OWN = (
+    "CREATE OPERATOR public.= (LEFTARG = atk.mine, RIGHTARG = atk.mine, FUNCTION = atk.mine_eq)"
+)
+DROP_OWN = "DROP OPERATOR IF EXISTS public.= (atk.mine, atk.mine)"
+NEXT_XID = "SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint"
+
+QUERY = "SELECT id, code, current_setting('search_path') AS path FROM app.items WHERE code = 'x'"
+FOLDED = "SELECT 1 AS one WHERE 'x'::varchar = 'y'"  # the planner folds the comparison
+
+
+def as_role(dsn: str, role: str) -> str:
+    return f"postgresql://{role}@{dsn.split('@', 1)[1]}"
+
+
+@dataclass
+class Bed:
+    admin: str
+    attacker: str
+    reader: str
+    database: str
+
+    async def burnt_xids(self, since: int) -> list[int]:
+        """Transaction IDs from `since` on that were taken and not committed: only the
+        server's transactions roll back here."""
+        until = await next_xid_when_idle(self.admin)
+        rows = await fetch(
+            self.admin,
+            "SELECT x FROM generate_series($1::bigint, $2::bigint - 1) x "
+            "WHERE pg_catalog.pg_xact_status(x::text::xid8) <> 'committed'",
+            since,
+            until,
+        )
+        return [r["x"] for r in rows]
+
+    async def next_xid(self) -> int:
+        return await next_xid_when_idle(self.admin)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def bed(pg: PgServer) -> AsyncIterator[Bed]:
+    db = await pg.create_database("open_schemas")
+    tag = secrets.token_hex(4)
+    atk, reader = f"open_atk_{tag}", f"open_reader_{tag}"
+    await execute(db.dsn, SETUP.format(atk=atk, reader=reader))
+    try:
+        yield Bed(db.dsn, as_role(db.dsn, atk), as_role(db.dsn, reader), db.name)
+    finally:
+        await pg.drop_database(db.name)
+        await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}")
+
+
+@asynccontextmanager
+async def server(dsn: str, **database: Any) -> AsyncIterator[Client]:
+    settings = Settings.load(database={"dsn": dsn, **database})
+    async with Client(build_server(settings)) as client:
+        yield client
+
+
+@asynccontextmanager
+async def planted(bed: Bed, create: str, drop: str) -> AsyncIterator[None]:
+    await execute(bed.attacker, create)
+    try:
+        yield
+    finally:
+        await execute(bed.attacker, drop)
+
+
+async def assert_live(bed: Bed, sql: str) -> None:
+    """The plant runs for `sql` on the session's own path: the test would catch it."""
+    conn = await asyncpg.connect(bed.reader)
+    try:
+        with pytest.raises(asyncpg.RaiseError, match="PWNED"):
+            async with conn.transaction(readonly=True):
+                await conn.fetch(sql)
+    finally:
+        await conn.close()
+
+
+def assert_served(out: dict[str, Any]) -> None:
+    rows = records(out)
+    assert [(r["id"], r["code"]) for r in rows] == [(1, "x")], rows
+    assert "public" not in rows[0]["path"], rows  # the statement's own path
+
+
+MODES = ["session", "transaction"]
+
+
+@pytest.mark.parametrize("pool_mode", MODES)
+async def test_a_planted_operator_on_the_attackers_own_type_refuses_nothing(
+    bed: Bed, pool_mode: str
+) -> None:
+    """F6: asyncpg's type lookup could reach `public.=(atk.mine, atk.mine)` were public on
+    the path, so the guard refused every statement. Now public is off the path: ordinary
+    statements are served, and the plant never runs."""
+    async with planted(bed, PLANT_OWN, DROP_OWN), server(bed.reader, pool_mode=pool_mode) as c:
+        since = await bed.next_xid()
+        for _ in range(2):  # the first call, then with its plan known (SET with BEGIN)
+            assert records(await call(c, "execute_query", sql="SELECT 1 AS one")) == [{"one": 1}]
+            assert_served(await call(c, "execute_query", sql=QUERY))
+            # A result of the attacker's type: the driver looks it up, on the same path.
+            out = await call(c, "execute_query", sql="SELECT ROW(1)::atk.mine AS m")
+            assert records(out) == [{"m": {"v": 1}}]
+        assert await bed.burnt_xids(since) == []
+
+
+TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "execute_query": ("execute_query", {"sql": QUERY}),
+    "explain": ("explain_query", {"sql": FOLDED}),
+    "explain_analyze": ("explain_query", {"sql": QUERY, "analyze": True}),
+    "get_sample_rows": (
+        "get_sample_rows",
+        {"schema_name": "app", "table_name": "items", "where_clause": "code = 'x'"},
+    ),
+}
+
+
+@pytest.mark.parametrize("pool_mode", MODES)
+@pytest.mark.parametrize("name", sorted(TOOLS))
+async def test_a_planted_operator_present_at_the_check_is_neither_refused_nor_run(
+    bed: Bed, name: str, pool_mode: str
+) -> None:
+    """F4, deterministically: the plant is there when the guard checks and when PostgreSQL
+    parses. Before, the guard refused the call (the plant was a candidate); on a race, it
+    ran. Now public is off the statement's path: served, the plant never runs."""
+    tool, arguments = TOOLS[name]
+    async with planted(bed, PLANT_EQ, DROP_EQ):
+        await assert_live(bed, QUERY)
+        async with server(bed.reader, pool_mode=pool_mode) as client:
+            since = await bed.next_xid()
+            for _ in range(2):  # the first call, then with its plan known (SET with BEGIN)
+                out = await call(client, tool, **arguments)
+                if name == "execute_query":
+                    assert_served(out)
+                elif name == "get_sample_rows":
+                    assert [r["id"] for r in records(out)] == [1]
+            assert await bed.burnt_xids(since) == []
+
+
+async def test_the_sample_resource_runs_off_the_open_schema_too(bed: Bed) -> None:
+    uri = "pg://schemas/app/tables/items/sample"
+    async with planted(bed, PLANT_OWN, DROP_OWN), server(bed.reader) as client:
+        since = await bed.next_xid()
+        for _ in range(2):
+            result = await client.read_resource(uri, cache_mode="bypass")
+            assert '"x"' in result.contents[0].text  # type: ignore[union-attr]
+        assert await bed.burnt_xids(since) == []
+
+
+async def test_behind_pgbouncer_the_plant_is_off_the_path_too(bed: Bed, pg: PgServer) -> None:
+    async with (
+        planted(bed, PLANT_EQ, DROP_EQ),
+        pgbouncer(pg.admin_dsn) as running,
+        server(running.dsn(bed.database)) as client,
+    ):
+        since = await bed.next_xid()
+        for _ in range(3):
+            assert_served(await call(client, "execute_query", sql=QUERY))
+        assert await bed.burnt_xids(since) == []
+
+
+async def _flip(bed: Bed, stop: asyncio.Event, flips: list[int]) -> None:
+    """Create and drop the plant as fast as the attacker can, until told to stop (at most
+    100,000 times: the loop ends by itself)."""
+    conn = await asyncpg.connect(bed.attacker)
+    try:
+        for _ in range(100_000):
+            if stop.is_set():
+                return
+            await conn.execute(PLANT_EQ)
+            await conn.execute(DROP_EQ)
+            flips[0] += 1
+    finally:
+        await conn.execute(DROP_EQ)
+        await conn.close()
+
+
+@pytest.mark.parametrize("pool_mode", MODES)
+async def test_a_plant_flipped_in_a_loop_never_runs(bed: Bed, pool_mode: str) -> None:
+    """F4's race: a second session creates and drops the plant in a loop while the server
+    serves calls (it ran in 15-50 % of them). Each call is served, none runs the plant."""
+    calls = 40
+    async with server(bed.reader, pool_mode=pool_mode) as client:
+        assert_served(await call(client, "execute_query", sql=QUERY))
+        since = await bed.next_xid()
+        stop, flips = asyncio.Event(), [0]
+        flipper = asyncio.create_task(_flip(bed, stop, flips))
+        try:
+            while flips[0] == 0:  # the race is on before the first call
+                await asyncio.sleep(0.001)
+            started = flips[0]
+            for _ in range(calls):
+                assert_served(await call(client, "execute_query", sql=QUERY))
+        finally:
+            stop.set()
+            await flipper
+        assert flips[0] > started, "the plant did not flip while the calls ran"
+        assert await bed.burnt_xids(since) == []
+
+
+async def test_a_trusted_function_in_the_open_schema_still_works(bed: Bed) -> None:
+    """A name with a trusted candidate in public keeps public on the statement's path, and
+    a plant there is then judged as before: refused (the race stays open for such
+    statements; docs/security.md)."""
+    async with server(bed.reader) as client:
+        sql = "SELECT trusted_double(21) AS v"
+        assert records(await call(client, "execute_query", sql=sql)) == [{"v": 42}]
+        async with planted(bed, PLANT_EQ, DROP_EQ):
+            both = "SELECT trusted_double(21) AS v FROM app.items WHERE code = 'x'"
+            body = await call_error(client, "execute_query", sql=both)
+            assert body["error"]["context"]["rule"] == "untrusted_owner", body
+            assert "atk.evil" in body["error"]["context"]["culprit"], body
+            # Qualified, the function needs no path: public is left off again.
+            qualified = "SELECT public.trusted_double(21) AS v FROM app.items WHERE code = 'x'"
+            assert records(await call(client, "execute_query", sql=qualified)) == [{"v": 42}]
+
+
+async def test_a_schema_closed_again_is_searched_again(bed: Bed) -> None:
+    """Whether a schema is open is read with the catalog, and its ACL is in the per-call
+    digest: once CREATE is revoked, the statement runs on the session's path again."""
+    sql = "SELECT current_setting('search_path') AS path"
+    async with server(bed.reader) as client:
+        assert "public" not in records(await call(client, "execute_query", sql=sql))[0]["path"]
+        role = bed.attacker.split("://", 1)[1].split("@", 1)[0]
+        await execute(bed.admin, f"REVOKE CREATE ON SCHEMA public FROM {role}")
+        try:
+            path = records(await call(client, "execute_query", sql=sql))[0]["path"]
+            assert "public" in path, path
+        finally:
+            await execute(bed.admin, f"GRANT CREATE ON SCHEMA public TO {role}")
+        assert "public" not in records(await call(client, "execute_query", sql=sql))[0]["path"]
+
+
+async def test_schema_names_that_need_quoting_are_set_right(bed: Bed) -> None:
+    """The path is set with each schema quoted: a name with a comma, a quote or capitals."""
+    odd = 'we,ird "S"'
+    quoted = '"' + odd.replace('"', '""') + '"'
+    await execute(
+        bed.admin,
+        f"CREATE SCHEMA {quoted}; GRANT USAGE ON SCHEMA {quoted} TO PUBLIC; "
+        f"CREATE TABLE {quoted}.t (n int); INSERT INTO {quoted}.t VALUES (7); "
+        f"GRANT SELECT ON {quoted}.t TO PUBLIC; "
+        f'ALTER DATABASE {bed.database} SET search_path = "$user", public, {quoted}',
+    )
+    try:
+        async with server(bed.reader) as client:
+            out = await call(client, "execute_query", sql="SELECT n FROM t")
+            assert records(out) == [{"n": 7}]
+            sql = "SELECT current_setting('search_path') AS path"
+            path = records(await call(client, "execute_query", sql=sql))[0]["path"]
+            assert "public" not in path and quoted in path, path
+    finally:
+        await execute(
+            bed.admin,
+            f"ALTER DATABASE {bed.database} RESET search_path; DROP SCHEMA {quoted} CASCADE",
+        )
