@@ -45,6 +45,9 @@ GRANT USAGE ON SCHEMA app TO {reader};
 CREATE TABLE app.items (id int PRIMARY KEY, code varchar(10));
 INSERT INTO app.items VALUES (1, 'x'), (2, 'y');
 GRANT SELECT ON app.items TO {reader};
+CREATE TABLE public.items (id int PRIMARY KEY, code varchar(10));
+INSERT INTO public.items VALUES (10, 'x'), (20, 'y');
+GRANT SELECT ON public.items TO {reader};
 -- A trusted function in public (the test bed's superuser owns it).
 CREATE FUNCTION public.trusted_double(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 2';
 SET ROLE {atk};
@@ -259,6 +262,31 @@ async def test_a_plant_flipped_in_a_loop_never_runs(bed: Bed, pool_mode: str) ->
             await flipper
         assert flips[0] > started, "the plant did not flip while the calls ran"
         assert await bed.burnt_xids(since) == []
+
+
+async def test_a_table_in_the_open_schema_is_named_with_its_schema(bed: Bed) -> None:
+    """F4 for the common case, a table in public: the statement names it with its schema
+    (in its parse tree) rather than keeping public on its path, so the plant is not found;
+    the output is the same, column names included. A WITH name is never qualified."""
+    sql = (
+        "SELECT items.id, code, current_setting('search_path') AS path FROM items WHERE code = 'x'"
+    )
+    async with planted(bed, PLANT_EQ, DROP_EQ):
+        await assert_live(bed, sql)
+        async with server(bed.reader) as client:
+            since = await bed.next_xid()
+            for _ in range(2):
+                out = await call(client, "execute_query", sql=sql)
+                assert [c["name"] for c in out["columns"]] == ["id", "code", "path"]
+                rows = records(out)
+                assert [(r["id"], r["code"]) for r in rows] == [(10, "x")], rows
+                assert "public" not in rows[0]["path"], rows
+                plan = await call(client, "explain_query", sql=sql, analyze=True)
+                assert "items" in plan["plan"]
+            assert await bed.burnt_xids(since) == []
+    async with server(bed.reader) as client:
+        sql = "WITH items AS (SELECT 5 AS id) SELECT id FROM items"
+        assert records(await call(client, "execute_query", sql=sql)) == [{"id": 5}]
 
 
 async def test_a_trusted_function_in_the_open_schema_still_works(bed: Bed) -> None:

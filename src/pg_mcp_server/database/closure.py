@@ -82,6 +82,9 @@ class Plan:
     # The search path it was walked under, so the one the statement must run under: the
     # session's without its open schemas where the statement has no trusted candidate.
     path: tuple[int, ...]
+    # Relation names the statement must name with their schema (one left off `path`):
+    # (name, schema), see `run_path`.
+    qualified: tuple[tuple[str, str], ...]
     missing_relations: set[int]  # relations (by oid) to read before the plan is complete
     missing_types: set[int]  # types neither in the catalog nor known row types
     unresolved: bool  # names never resolved yet: the check must run before trusting this
@@ -98,31 +101,48 @@ class Plan:
 def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
     """What a statement reaches under `judge`'s catalog and `relations`, and its verdict,
     on the search path it is to run under (see `run_path`)."""
-    walk = _Walk(judge, relations, run_path(judge, refs, relations))
-    walk.names(refs, None, walk.path)
-    walk.names(_driver_lookup(), (DRIVER, 0), walk.path)
+    path, qualified = run_path(judge, refs, relations)
+    walk = _Walk(judge, relations, path)
+    if qualified:
+        schemas = {name: judge.catalog.schemas[nsp] for name, nsp in qualified.items()}
+        named = {(schemas.get(n, s) if s is None else s, n) for s, n in refs.relations}
+        walk.names(dataclasses.replace(refs, relations=frozenset(named)), None, path)
+        # What the name would resolve to on the session's path is watched too: a relation
+        # of that name made earlier on it is seen, and the statement planned again.
+        for name in qualified:
+            walk.lookups.relations.update((nsp, name) for nsp in judge.catalog.path)
+    else:
+        walk.names(refs, None, path)
+    walk.names(_driver_lookup(), (DRIVER, 0), path)
     walk.run()
-    return walk.finish()
+    made = walk.finish()
+    made.qualified = tuple(sorted(schemas.items())) if qualified else ()
+    return made
 
 
-def run_path(judge: Judge, refs: Refs, relations: Relations) -> tuple[int, ...]:
+def run_path(
+    judge: Judge, refs: Refs, relations: Relations
+) -> tuple[tuple[int, ...], dict[str, int]]:
     """The session's search path without the open schemas (where a role that is not trusted
     may create objects, see Catalog.open_schemas) in which none of the statement's names
-    has a candidate a trusted role owns. An object planted there after the check, between
-    it and PostgreSQL's parse, is then never found: the statement runs on this path
-    (freshness.py sets it in its transaction), and the walk that judges it uses it too. A
-    first walk on the whole path finds the trusted candidates; it follows only trusted
-    code, so that nothing a role that is not trusted made can keep a schema on the path."""
+    has a candidate a trusted role owns; and the statement's relation names to qualify
+    with the open schema they resolve to, so that it need not stay on the path for them.
+    An object planted in a schema left off, after the check, between it and PostgreSQL's
+    parse, is then never found: the statement runs on this path (freshness.py sets it in its
+    transaction), and the walk that judges it uses it too. A first walk on the whole path
+    finds the trusted candidates; it follows only trusted code, so that nothing a role that
+    is not trusted made can keep a schema on the path."""
     c = judge.catalog
     open_here = [nsp for nsp in c.path if nsp in c.open_schemas]
     if not open_here:
-        return c.path
+        return c.path, {}
     scout = _Walk(judge, relations, c.path, scout=set(open_here))
     scout.names(refs, None, c.path)
     scout.names(_driver_lookup(), (DRIVER, 0), c.path)
     scout.run()
     drop = set(open_here) - scout.kept
-    return tuple(nsp for nsp in c.path if nsp not in drop)
+    qualify = {name: nsp for name, nsp in scout.qualify.items() if nsp in drop}
+    return tuple(nsp for nsp in c.path if nsp not in drop), qualify
 
 
 def clean(judge: Judge) -> frozenset[Obj]:
@@ -190,6 +210,9 @@ class _Walk:
         # trusted candidate (kept on the path). It judges nothing and follows trusted code only.
         self.scout = scout
         self.kept: set[int] = set()
+        # The statement's relation names found first in an open schema: qualified with it
+        # rather than keeping it (see run_path).
+        self.qualify: dict[str, int] = {}
         # `clean`'s walk records every edge instead of skipping clean built-ins.
         self.record = record
         self.clean = clean(judge) if record is None else frozenset()
@@ -270,11 +293,18 @@ class _Walk:
         yield from (-oid for oid in self.relation_names(schema, path, name))
 
     def relation_names(
-        self, schema: str | None, path: tuple[int, ...], name: str, *, named: bool = False
+        self,
+        schema: str | None,
+        path: tuple[int, ...],
+        name: str,
+        *,
+        named: bool = False,
+        qualifiable: bool = False,
     ) -> Iterator[int]:
         """Every relation a name may resolve to. `named`: by the statement itself, whose
         relation in an open schema keeps that schema on the path whoever owns it (its owner
-        is judged like any other, rather than the name not found)."""
+        is judged like any other, rather than the name not found), unless `qualifiable`
+        (not a WITH name): then the statement names it with that schema instead."""
         first = True
         for nsp in self.schemas(schema, path):
             key = (nsp, name)
@@ -286,6 +316,10 @@ class _Walk:
             if found and first:  # PostgreSQL takes the first schema that has one
                 first = False
                 rels = [self.relations.by_oid.get(oid) for oid in found]
+                if qualifiable and schema is None and self.scout and nsp in self.scout:
+                    self.qualify[name] = nsp
+                    yield from found
+                    continue
                 self.candidate(
                     schema,
                     nsp,
@@ -315,7 +349,11 @@ class _Walk:
             for t in self.types(schema, name, path):
                 self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
         for schema, name in refs.relations:
-            for oid in self.relation_names(schema, path, name, named=parent is None):
+            statement = parent is None
+            qualifiable = statement and name not in refs.ctes
+            for oid in self.relation_names(
+                schema, path, name, named=statement, qualifiable=qualifiable
+            ):
                 self.add((RELATION, oid), parent)
 
     def row_argument(self, f: Function) -> bool:
@@ -624,6 +662,7 @@ class _Walk:
             lookups=self.lookups,
             refusal=self.refusal,
             path=self.path,
+            qualified=(),
             missing_relations=self.missing_relations,
             missing_types=self.missing_types - set(self.relations.by_row_type),
             unresolved=self.unresolved,

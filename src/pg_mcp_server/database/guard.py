@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from pglast import parser
+from pglast import ast, parse_sql, parser, stream, visitors
 
 from pg_mcp_server.database import sqltree
 from pg_mcp_server.database.engine import Prelude
@@ -186,6 +186,28 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+class _Qualify(visitors.Visitor):
+    def __init__(self, schemas: dict[str, str]) -> None:
+        super().__init__()
+        self.schemas = schemas
+
+    def visit_RangeVar(self, ancestors: Any, node: ast.RangeVar) -> None:
+        if node.schemaname is None and node.relname in self.schemas:
+            node.schemaname = self.schemas[node.relname]
+
+
+@functools.lru_cache(maxsize=256)
+def qualified_sql(sql: str, names: tuple[tuple[str, str], ...]) -> str:
+    """`sql` with these relation names (name, schema) qualified, deparsed from its tree: the
+    names are the statement's own (never a WITH name, see closure._Walk.relation_names), so
+    each names the relation PostgreSQL would pick on the session's path, and the output
+    (column names included) is the same."""
+    tree = parse_sql(sql)
+    _Qualify(dict(names))(tree)
+    text: str = stream.RawStream()(tree)
+    return text
+
+
 def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = True) -> str:
     """Validate an untrusted WHERE expression; return it wrapped for splicing.
 
@@ -238,10 +260,13 @@ class SqlGuard:
             return None  # check() refuses it
         return self.state.prelude(parsed.refs)
 
-    async def check(self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0) -> None:
+    async def check(self, sql: str, conn: asyncpg.Connection, *, position_offset: int = 0) -> str:
         """Refuse `sql` unless it is one SELECT that can run nothing unsafe. `conn` must be in
         the transaction the statement will run in (`Database.run(explicit=True)`): the
-        relations the verdict rests on stay locked there until it ends."""
+        relations the verdict rests on stay locked there until it ends, and the search path
+        it was judged on is set there. Returns the statement to run: `sql`, or `sql` with
+        relation names qualified where the schema they resolve to is left off that path
+        (see closure.run_path)."""
         if position_offset == 0 and len(sql) <= _CACHED_SQL_CHARS:
             parsed = _names_cached(sql, self.strict_comments)
         else:
@@ -267,6 +292,7 @@ class SqlGuard:
                     "via": list(refusal.chain),
                 },
             )
+        return qualified_sql(sql, plan.qualified) if plan.qualified else sql
 
     def where_clause(self, clause: str, from_sql: str) -> str:
         return check_where_clause(clause, from_sql, strict_comments=self.strict_comments)

@@ -145,7 +145,7 @@ async def explain(
             suggestion="Set analyze=true, or drop buffers.",
             context={"buffers": buffers, "analyze": analyze},
         )
-    await guard.check(sql, conn)
+    sql = await guard.check(sql, conn)  # (names qualified where its path needs it)
     reads_sensitive = shapes is not None and await judge_hidden(
         conn, shapes, sql, sensitive, guard.state.relations.generation
     )

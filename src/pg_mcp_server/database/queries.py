@@ -289,13 +289,13 @@ async def run_query(
     max_bytes: int,
     sensitive: re.Pattern[str] | None,
 ) -> QueryResult:
-    await guard.check(sql, conn)
+    run = await guard.check(sql, conn)  # (names qualified where its path needs it)
     started = time.perf_counter()
     result = await fetch_rows(
         conn,
         db,
         shapes,
-        sql,
+        run,
         params,
         limit=limit,
         max_bytes=max_bytes,

@@ -125,12 +125,12 @@ async def sample_rows(
     async def read(sampled: bool) -> Rows:
         sql = build(sampled)
         # The assembled statement passes the same gate as a user's query.
-        await guard.check(sql, conn)
+        run = await guard.check(sql, conn)  # (names qualified where its path needs it)
         return await fetch_rows(
             conn,
             db,
             shapes,
-            sql,
+            run,
             None,
             limit=limit,
             max_bytes=max_bytes,

@@ -50,6 +50,7 @@ class Refs:
     types: frozenset[Name] = frozenset()
     relations: frozenset[Name] = frozenset()
     statements: frozenset[str] = frozenset()  # node names of the top-level statements
+    ctes: frozenset[str] = frozenset()  # WITH names: a relation name may be one of them
 
     def merged(self, other: Refs) -> Refs:
         return Refs(
@@ -59,6 +60,7 @@ class Refs:
             self.types | other.types,
             self.relations | other.relations,
             self.statements | other.statements,
+            self.ctes | other.ctes,
         )
 
 
@@ -169,6 +171,7 @@ def refs_of(tree: dict[str, Any]) -> Refs:
     operators: set[tuple[str | None, str, bool]] = set()
     types: set[Name] = set()
     relations: set[Name] = set()
+    ctes: set[str] = set()
 
     def operator(parts: list[str], prefix: bool) -> None:
         if parts:
@@ -204,6 +207,8 @@ def refs_of(tree: dict[str, Any]) -> Refs:
                 types.add(_qualified(parts))
         elif key == "RangeVar":
             relations.add((value.get("schemaname"), value.get("relname", "")))
+        elif key == "CommonTableExpr":
+            ctes.add(value.get("ctename", ""))
         elif key == "RangeTableSample":
             parts = names(value.get("method", []))
             if parts:
@@ -221,4 +226,5 @@ def refs_of(tree: dict[str, Any]) -> Refs:
         frozenset(types),
         frozenset(relations),
         statements,
+        frozenset(ctes),
     )
