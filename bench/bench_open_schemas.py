@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 from bench_guard_locks import settled
-from common import ROOT, call_tool, header, summary
+from common import ROOT, SUPERUSER_OK, call_tool, header, summary
 from mcp import Client
 
 import pg_mcp_server
@@ -48,7 +48,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 
 
 async def measure(dsn: str, wire: Any, database: str, label: str) -> None:
-    settings = Settings.load(database={"dsn": wire.dsn(database), "pool_size": 1})
+    settings = Settings.load(
+        database={"dsn": wire.dsn(database), "pool_size": 1}, server=SUPERUSER_OK
+    )
     async with Client(build_server(settings)) as client:
         for tool, arguments in CASES:
             for _ in range(WARMUP):

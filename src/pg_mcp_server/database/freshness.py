@@ -309,6 +309,7 @@ class GuardState:
         locks: dict[int, tuple[str, str]],
         locked: dict[int, str],
         timeout_ms: int | None,
+        search_path: str | None = None,
     ) -> None:
         """Take ACCESS SHARE on the relations a plan reaches, before the check that confirms
         it: a concurrent CREATE OR REPLACE VIEW, ALTER, DROP, RENAME or policy change holds
@@ -318,7 +319,7 @@ class GuardState:
         ends."""
         if not locks:
             return
-        prelude = self._prelude(locks)
+        prelude = self._prelude(locks, search_path)
         await send_locks(conn, prelude.sql, prelude, timeout_ms)
         locked.update(prelude.locked)
 
@@ -378,8 +379,19 @@ class GuardState:
                     reread_for_types = True
                     await self._reload(conn)
                 continue
-            await self._lock(conn, checked.to_lock(locked), locked, timeout_ms)
-            if checked.verified is not None and not self._busy:
+            to_lock = checked.to_lock(locked)
+            confirm = checked.verified is not None and not self._busy
+            # The plan's path goes with its locks when QUICK is to confirm it (no round trip
+            # of its own; QUICK expects it, see _expected_path).
+            with_path = (
+                checked.search_path
+                if to_lock and confirm and path.search_path != checked.search_path
+                else None
+            )
+            await self._lock(conn, to_lock, locked, timeout_ms, with_path)
+            if with_path is not None:
+                path.search_path = with_path
+            if confirm:
                 quick = await conn.fetchrow(pin(QUICK))
                 assert quick is not None
                 if (
@@ -389,12 +401,13 @@ class GuardState:
                 ):
                     await self._run_path(conn, path, checked)
                     return plan
-            await self._session_path(conn, path)
+            if path.search_path != checked.search_path:  # (set for another plan)
+                await self._session_path(conn, path)
             row = await conn.fetchrow(pin(CHECK), *checked.arguments)
             assert row is not None
             # Commits keep moving the snapshot: skip QUICK while that goes on.
             self._busy = checked.verified is not None and row["snapshot"] != checked.verified
-            if await self._changed(row, checked, conn):
+            if await self._changed(row, checked, conn, path):
                 continue
             checked.verified = row["snapshot"]
             await self._run_path(conn, path, checked)
@@ -564,13 +577,19 @@ class GuardState:
         return _Checked(plan, arguments, expected, self._locks(rels), None, search_path, run_names)
 
     async def _changed(
-        self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection
+        self, row: asyncpg.Record, checked: _Checked, conn: asyncpg.Connection, path: Transaction
     ) -> bool:
-        """Bring the facts up to date with what CHECK found; True when anything moved."""
+        """Bring the facts up to date with what CHECK found; True when anything moved. (CHECK
+        ran on the plan's path when that was set: the facts are read on the session's.)"""
         expected = checked.expected
-        catalog_parts = [k for k in expected if k != "relations" and row[k] != expected[k]]
+        catalog_parts = [
+            k for k in expected if k not in ("relations", "path") and row[k] != expected[k]
+        ]
+        if row["path"] != self._expected_path(checked, path):
+            catalog_parts.append("path")
         if catalog_parts:
             logger.debug("guard: catalog changed (%s); reading it again", ", ".join(catalog_parts))
+            await self._session_path(conn, path)
             await self._reload(conn)
             return True
         rels, rel_schemas, rel_names, schemas = checked.arguments[10:14]
@@ -589,5 +608,6 @@ class GuardState:
             in_schema[schema].add(oid)
         moved = self.relations.resolved(named, in_schema)
         if stale:
+            await self._session_path(conn, path)
             await self.relations.read(conn, stale, set())
         return moved or bool(stale)
