@@ -45,6 +45,7 @@ GRANT USAGE ON SCHEMA app TO {reader};
 CREATE TABLE app.items (id int PRIMARY KEY, code varchar(10));
 INSERT INTO app.items VALUES (1, 'x'), (2, 'y');
 GRANT SELECT ON app.items TO {reader};
+CREATE TYPE public.mood AS ENUM ('fine', 'sad');
 CREATE TABLE public.items (id int PRIMARY KEY, code varchar(10));
 INSERT INTO public.items VALUES (10, 'x'), (20, 'y');
 GRANT SELECT ON public.items TO {reader};
@@ -287,6 +288,25 @@ async def test_a_table_in_the_open_schema_is_named_with_its_schema(bed: Bed) -> 
     async with server(bed.reader) as client:
         sql = "WITH items AS (SELECT 5 AS id) SELECT id FROM items"
         assert records(await call(client, "execute_query", sql=sql)) == [{"id": 5}]
+
+
+async def test_a_type_in_the_open_schema_is_named_with_its_schema(bed: Bed) -> None:
+    """The same for a type the statement names (a cast): qualified in its parse tree, public
+    left off its path, the output column named as written."""
+    sql = (
+        "SELECT 'fine'::mood, current_setting('search_path') AS path "
+        "FROM app.items WHERE code = 'x'"
+    )
+    async with planted(bed, PLANT_EQ, DROP_EQ):
+        await assert_live(bed, sql)
+        async with server(bed.reader) as client:
+            since = await bed.next_xid()
+            for _ in range(2):
+                out = await call(client, "execute_query", sql=sql)
+                assert [c["name"] for c in out["columns"]] == ["mood", "path"]
+                rows = records(out)
+                assert rows[0]["mood"] == "fine" and "public" not in rows[0]["path"], rows
+            assert await bed.burnt_xids(since) == []
 
 
 async def test_a_trusted_function_in_the_open_schema_still_works(bed: Bed) -> None:

@@ -51,7 +51,7 @@ from pg_mcp_server.database.safety import (
     Relations,
     TreeRefs,
 )
-from pg_mcp_server.database.sqlrefs import Call, Refs, refs_of, select_refs
+from pg_mcp_server.database.sqlrefs import Call, Name, Refs, refs_of, select_refs
 
 _NAMES_AT_RUN_TIME = (
     "runs what an argument's value names (a relation, a schema, a type or SQL text)"
@@ -82,9 +82,9 @@ class Plan:
     # The search path it was walked under, so the one the statement must run under: the
     # session's without its open schemas where the statement has no trusted candidate.
     path: tuple[int, ...]
-    # Relation names the statement must name with their schema (one left off `path`):
-    # (name, schema), see `run_path`.
-    qualified: tuple[tuple[str, str], ...]
+    # Relation and type names the statement must name with their schema (one left off
+    # `path`): (RELATION or TYPE, name, schema), see `run_path`.
+    qualified: tuple[tuple[str, str, str], ...]
     missing_relations: set[int]  # relations (by oid) to read before the plan is complete
     missing_types: set[int]  # types neither in the catalog nor known row types
     unresolved: bool  # names never resolved yet: the check must run before trusting this
@@ -103,30 +103,38 @@ def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
     on the search path it is to run under (see `run_path`)."""
     path, qualified = run_path(judge, refs, relations)
     walk = _Walk(judge, relations, path)
-    if qualified:
-        schemas = {name: judge.catalog.schemas[nsp] for name, nsp in qualified.items()}
-        named = {(schemas.get(n, s) if s is None else s, n) for s, n in refs.relations}
-        walk.names(dataclasses.replace(refs, relations=frozenset(named)), None, path)
-        # What the name would resolve to on the session's path is watched too: a relation
-        # of that name made earlier on it is seen, and the statement planned again.
-        for name in qualified:
-            walk.lookups.relations.update((nsp, name) for nsp in judge.catalog.path)
-    else:
-        walk.names(refs, None, path)
+    schemas = {key: judge.catalog.schemas[nsp] for key, nsp in qualified.items()}
+
+    def named(kind: str, names: frozenset[tuple[str | None, str]]) -> frozenset[Name]:
+        return frozenset((schemas.get((kind, n), s) if s is None else s, n) for s, n in names)
+
+    walk.names(
+        dataclasses.replace(
+            refs, relations=named(RELATION, refs.relations), types=named(TYPE, refs.types)
+        ),
+        None,
+        path,
+    )
+    # What a qualified name would resolve to on the session's path is watched too: an
+    # object of that name made earlier on it is seen, and the statement planned again.
+    for kind, name in qualified:
+        found = walk.lookups.relations if kind == RELATION else walk.lookups.types
+        found.update((nsp, name) for nsp in judge.catalog.path)
     walk.names(_driver_lookup(), (DRIVER, 0), path)
     walk.run()
     made = walk.finish()
-    made.qualified = tuple(sorted(schemas.items())) if qualified else ()
+    made.qualified = tuple(sorted((k, n, s) for (k, n), s in schemas.items()))
     return made
 
 
 def run_path(
     judge: Judge, refs: Refs, relations: Relations
-) -> tuple[tuple[int, ...], dict[str, int]]:
+) -> tuple[tuple[int, ...], dict[tuple[str, str], int]]:
     """The session's search path without the open schemas (where a role that is not trusted
     may create objects, see Catalog.open_schemas) in which none of the statement's names
-    has a candidate a trusted role owns; and the statement's relation names to qualify
-    with the open schema they resolve to, so that it need not stay on the path for them.
+    has a candidate a trusted role owns; and the statement's relation and type names to
+    qualify with the open schema they resolve to ((kind, name) -> schema), so that it need
+    not stay on the path for them.
     An object planted in a schema left off, after the check, between it and PostgreSQL's
     parse, is then never found: the statement runs on this path (freshness.py sets it in its
     transaction), and the walk that judges it uses it too. A first walk on the whole path
@@ -141,7 +149,7 @@ def run_path(
     scout.names(_driver_lookup(), (DRIVER, 0), c.path)
     scout.run()
     drop = set(open_here) - scout.kept
-    qualify = {name: nsp for name, nsp in scout.qualify.items() if nsp in drop}
+    qualify = {key: nsp for key, nsp in scout.qualify.items() if nsp in drop}
     return tuple(nsp for nsp in c.path if nsp not in drop), qualify
 
 
@@ -210,9 +218,9 @@ class _Walk:
         # trusted candidate (kept on the path). It judges nothing and follows trusted code only.
         self.scout = scout
         self.kept: set[int] = set()
-        # The statement's relation names found first in an open schema: qualified with it
-        # rather than keeping it (see run_path).
-        self.qualify: dict[str, int] = {}
+        # The statement's relation and type names found first in an open schema: qualified
+        # with it rather than keeping it (see run_path).
+        self.qualify: dict[tuple[str, str], int] = {}
         # `clean`'s walk records every edge instead of skipping clean built-ins.
         self.record = record
         self.clean = clean(judge) if record is None else frozenset()
@@ -278,16 +286,22 @@ class _Walk:
                     yield o
             seen.update((o.left, o.right) for o in here)
 
-    def types(self, schema: str | None, name: str, path: tuple[int, ...]) -> Iterator[int]:
+    def types(
+        self, schema: str | None, name: str, path: tuple[int, ...], *, qualifiable: bool = False
+    ) -> Iterator[int]:
         """The type a name resolves to (the first schema that has it), or the relations whose
-        row type it may be."""
+        row type it may be. `qualifiable`: a type name of the statement itself, which it
+        names with the open schema it resolves to rather than keeping that on the path."""
         schemas = self.schemas(schema, path)
         for nsp in schemas:
             self.lookups.types.add((nsp, name))
         for nsp in schemas:
             typ = self.c.types_named.get((nsp, name))
             if typ is not None:
-                self.candidate(schema, nsp, self.judge.trusts(typ.owner, typ.oid))
+                if qualifiable and schema is None and self.scout and nsp in self.scout:
+                    self.qualify[(TYPE, name)] = nsp
+                else:
+                    self.candidate(schema, nsp, self.judge.trusts(typ.owner, typ.oid))
                 yield typ.oid
                 return
         yield from (-oid for oid in self.relation_names(schema, path, name))
@@ -317,7 +331,7 @@ class _Walk:
                 first = False
                 rels = [self.relations.by_oid.get(oid) for oid in found]
                 if qualifiable and schema is None and self.scout and nsp in self.scout:
-                    self.qualify[name] = nsp
+                    self.qualify[(RELATION, name)] = nsp
                     yield from found
                     continue
                 self.candidate(
@@ -346,7 +360,7 @@ class _Walk:
             for o in self.operators(schema, name, prefix, path):
                 self.add((OPERATOR, o.oid), parent)
         for schema, name in refs.types:
-            for t in self.types(schema, name, path):
+            for t in self.types(schema, name, path, qualifiable=parent is None):
                 self.add((TYPE, t) if t > 0 else (ROW, -t), parent)
         for schema, name in refs.relations:
             statement = parent is None

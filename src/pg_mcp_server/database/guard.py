@@ -25,7 +25,7 @@ from pglast import ast, parse_sql, parser, stream, visitors
 from pg_mcp_server.database import sqltree
 from pg_mcp_server.database.engine import Prelude
 from pg_mcp_server.database.freshness import GuardState
-from pg_mcp_server.database.rules import Refusal
+from pg_mcp_server.database.rules import RELATION, TYPE, Refusal
 from pg_mcp_server.database.sqlrefs import Refs, refs_of
 from pg_mcp_server.database.sqltree import walk
 from pg_mcp_server.errors import InvalidSqlError, PgMcpError, WriteOperationDeniedError
@@ -187,23 +187,30 @@ def quote_ident(name: str) -> str:
 
 
 class _Qualify(visitors.Visitor):
-    def __init__(self, schemas: dict[str, str]) -> None:
+    def __init__(self, names: tuple[tuple[str, str, str], ...]) -> None:
         super().__init__()
-        self.schemas = schemas
+        self.schemas = {(kind, name): schema for kind, name, schema in names}
 
     def visit_RangeVar(self, ancestors: Any, node: ast.RangeVar) -> None:
-        if node.schemaname is None and node.relname in self.schemas:
-            node.schemaname = self.schemas[node.relname]
+        schema = self.schemas.get((RELATION, node.relname or ""))
+        if node.schemaname is None and schema is not None:
+            node.schemaname = schema
+
+    def visit_TypeName(self, ancestors: Any, node: ast.TypeName) -> None:
+        names = node.names or ()
+        schema = self.schemas.get((TYPE, names[0].sval)) if len(names) == 1 else None
+        if schema is not None:
+            node.names = (ast.String(sval=schema), *names)
 
 
 @functools.lru_cache(maxsize=256)
-def qualified_sql(sql: str, names: tuple[tuple[str, str], ...]) -> str:
-    """`sql` with these relation names (name, schema) qualified, deparsed from its tree: the
-    names are the statement's own (never a WITH name, see closure._Walk.relation_names), so
-    each names the relation PostgreSQL would pick on the session's path, and the output
-    (column names included) is the same."""
+def qualified_sql(sql: str, names: tuple[tuple[str, str, str], ...]) -> str:
+    """`sql` with these relation and type names ((RELATION or TYPE, name, schema)) qualified,
+    deparsed from its tree: the names are the statement's own (never a WITH name, see
+    closure._Walk.relation_names), so each names the object PostgreSQL would pick on the
+    session's path, and the output (column names included) is the same."""
     tree = parse_sql(sql)
-    _Qualify(dict(names))(tree)
+    _Qualify(names)(tree)
     text: str = stream.RawStream()(tree)
     return text
 
