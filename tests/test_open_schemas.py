@@ -51,13 +51,15 @@ INSERT INTO public.items VALUES (10, 'x'), (20, 'y');
 GRANT SELECT ON public.items TO {reader};
 -- A trusted function in public (the test bed's superuser owns it).
 CREATE FUNCTION public.trusted_double(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 2';
+-- A type the attacker can plant an operator on (a trusted role's, so that reading it is
+-- allowed: the driver then looks it up, on the statement's path).
+CREATE TYPE atk.mine AS (v int);
 SET ROLE {atk};
 CREATE FUNCTION atk.evil(varchar, varchar) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'PWNED as % (xid %)', current_user, pg_catalog.pg_current_xact_id();
 END $$;
 GRANT USAGE ON SCHEMA atk TO PUBLIC;
-CREATE TYPE atk.mine AS (v int);
 CREATE FUNCTION atk.mine_eq(atk.mine, atk.mine) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'PWNED as % (xid %)', current_user, pg_catalog.pg_current_xact_id();
@@ -320,7 +322,8 @@ async def test_a_trusted_function_in_the_open_schema_still_works(bed: Bed) -> No
             both = "SELECT trusted_double(21) AS v FROM app.items WHERE code = 'x'"
             body = await call_error(client, "execute_query", sql=both)
             assert body["error"]["context"]["rule"] == "untrusted_owner", body
-            assert "atk.evil" in body["error"]["context"]["culprit"], body
+            culprit = body["error"]["context"]["culprit"]
+            assert "atk.evil" in culprit or "public.=" in culprit, body
             # Qualified, the function needs no path: public is left off again.
             qualified = "SELECT public.trusted_double(21) AS v FROM app.items WHERE code = 'x'"
             assert records(await call(client, "execute_query", sql=qualified)) == [{"v": 42}]

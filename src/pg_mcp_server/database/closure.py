@@ -254,17 +254,25 @@ class _Walk:
         return (oid,) if oid is not None else ()
 
     def functions(
-        self, schema: str | None, name: str, nargs: int, path: tuple[int, ...]
+        self,
+        schema: str | None,
+        name: str,
+        nargs: int,
+        path: tuple[int, ...],
+        *,
+        by_name: bool = True,
     ) -> Iterator[Function]:
         """Every function a call may resolve to. Like PostgreSQL, one in a later schema of
-        the path with the same argument types as one in an earlier schema is hidden by it."""
+        the path with the same argument types as one in an earlier schema is hidden by it.
+        `by_name` False: a call a view's stored query makes by oid, whose candidates keep no
+        schema on the path (see run_path)."""
         seen: set[tuple[int, ...]] = set()
         for nsp in self.schemas(schema, path):
             self.lookups.functions.add((nsp, name))
             here = [f for f in self.c.functions_named.get(name, ()) if f.schema == nsp]
             for f in here:
                 if f.arguments not in seen and f.accepts(nargs):
-                    self.candidate(schema, nsp, self.judge._trusted(f))
+                    self.candidate(schema, nsp, by_name and self.judge._trusted(f))
                     yield f
             seen.update(f.arguments for f in here)
 
@@ -383,7 +391,7 @@ class _Walk:
         object instead when the value is a constant (refused otherwise). `naming_only`: the
         other candidates are known already (a view's, by oid)."""
         nargs = len(call.args)
-        for f in self.functions(call.schema, call.name, nargs, path):
+        for f in self.functions(call.schema, call.name, nargs, path, by_name=not naming_only):
             naming = self.judge.naming(f.oid)
             if naming is None:
                 if not naming_only:
