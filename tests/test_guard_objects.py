@@ -23,7 +23,9 @@ from guardbed import (
     EXTENSION,
     FOREIGN,
     FOREIGN_WRAPPER,
+    HANDOVER,
     NO_HANDLER_WRAPPER,
+    OWNED,
     PLANT,
     REMOTE,
     SPANS,
@@ -330,6 +332,24 @@ ATTACKS = [
     ),
     A("xid_trusted_wrapper", "SELECT public.xid_wrapper()", "txid_current", "refused_function"),
     A("xid_alias_by_symbol", "SELECT public.my_xid()", "public.my_xid", "refused_function"),
+    # Whatever they hold today, the planter can add code to these at any moment.
+    A("owned_table", "SELECT * FROM planter.own_table", "planter.own_table", UNTRUSTED, real=False),
+    A("owned_view", "SELECT * FROM planter.own_view", "planter.own_view", UNTRUSTED, real=False),
+    A(
+        "owned_table_in_a_join",
+        "SELECT * FROM (VALUES (1)) v(id) JOIN planter.own_table o USING (id)",
+        "planter.own_table",
+        UNTRUSTED,
+        real=False,
+    ),
+    A("owned_domain", "SELECT 5::planter.own_pos AS v", "planter.own_pos", UNTRUSTED, real=False),
+    A(
+        "owned_composite",
+        "SELECT ('(7)'::text::planter.own_boxed).v AS v",
+        "planter.own_boxed",
+        UNTRUSTED,
+        real=False,
+    ),
 ]
 
 # get_sample_rows(schema, table) of a planted relation: (name, table, culprit, rule)
@@ -338,6 +358,7 @@ SAMPLES = [
     ("xid_view", "v_xid", "pg_current_xact_id", "refused_function"),
     ("foreign_table", "remote_trap", "remote_trap", "foreign_table"),
     ("sorted_view", "v_sorted", "planter.level_", UNTRUSTED),
+    ("owned_table", "own_table", "planter.own_table", UNTRUSTED),
 ]
 
 SAFE: list[tuple[str, str, list[dict[str, Any]] | None]] = [
@@ -403,6 +424,8 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
             tablefunc = True
         except asyncpg.PostgresError:  # no tablefunc on this server
             tablefunc = False
+        await execute(db.dsn, HANDOVER)
+        await execute(db.dsn, OWNED.format(role=role))
         xml = (await server_features(pg)).xml
         conn = await asyncpg.connect(db.dsn)
         version = conn.get_server_version().major

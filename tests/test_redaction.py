@@ -87,6 +87,11 @@ REDACTED_QUERIES = [
         ["v"],
     ),
     (
+        "statistics_width",
+        "SELECT attname, avg_width AS w FROM pg_stats WHERE tablename = 'creds'",
+        ["w"],
+    ),
+    (
         "info_schema_options",
         "SELECT option_name, option_value FROM information_schema.user_mapping_options",
         ["option_value"],

@@ -14,8 +14,8 @@ know. So, once per statement when the file is checked:
 2. each unqualified name is qualified with the schema of the object of that name the
    statement resolved to (pinned.qualify), and everything else is pinned to pg_catalog
    (pinned.pin), as our own SQL is. An object whose name pg_catalog also has, owned by a
-   role that is not trusted (not a superuser nor in MCP_TRUSTED_ROLES, nor a trusted
-   extension's member), is what a planted object looks like: it is left out, and
+   role that is not trusted (not a superuser, the database's owner, the server's role nor in
+   MCP_TRUSTED_ROLES, nor a trusted extension's member), is what a planted object looks like: it is left out, and
    pg_catalog's is used;
 3. the result is analysed again under `search_path = pg_catalog, pg_temp` and must resolve
    to exactly the objects the original did (but for those left out), or the file is
@@ -48,6 +48,7 @@ from pg_mcp_server.database.pinned import (
     unqualified_names,
     written_qualified,
 )
+from pg_mcp_server.database.safety import TRUSTED_ROLES
 
 RESTRICTED = "pg_catalog, pg_temp"
 SET_RESTRICTED = f"SET LOCAL search_path = {RESTRICTED}"
@@ -123,10 +124,7 @@ CROSS JOIN LATERAL (
 JOIN pg_catalog.pg_namespace n ON n.oid = k.nsp
 WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = $1
 """
-TRUSTED = """
-SELECT ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
-             WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[]))
-"""
+TRUSTED = f"SELECT {TRUSTED_ROLES}"  # the guard's trusted roles
 
 
 class Refused(Exception):

@@ -381,9 +381,42 @@ class _Walk:
             if verdict is not None:
                 suggestion = suggestion_for(verdict[0]) + self.qualify_hint(obj)
                 self.refuse(*verdict, self.chain(obj), suggestion)
-        elif kind == RELATION:
+        elif kind == TYPE:
+            t = self.c.types.get(oid)
+            # A domain's owner can add a CHECK, a composite type's owner an attribute of such a
+            # domain, at any moment and without waiting for any lock the statement holds.
+            if t is not None and t.kind in "dc" and not self.judge.trusts(t.owner, oid):
+                self.refuse(
+                    "untrusted_owner",
+                    f"is owned by role {t.owner_name!r}, which is not trusted: "
+                    "it may add code to it (a domain CHECK, an attribute of such a domain) at "
+                    "any moment, which PostgreSQL would run for this query as the server's role",
+                    self.chain(obj),
+                    suggestion_for("untrusted_owner"),
+                )
+        elif kind in (RELATION, ROW):
             rel = self.relations.by_oid.get(oid)
-            if rel is not None and rel.kind == "f" and not self.judge.allow_foreign_tables:
+            # The owner of a relation can add what PostgreSQL runs while it plans or reads it
+            # (an index expression, extended statistics, a CHECK or a child table the planner
+            # folds, a policy) with DDL that waits for no lock a reader holds, in the moment
+            # between the check and the statement or while the statement waits on a lock the
+            # owner holds: the check cannot see it coming, so its owner must be trusted.
+            if rel is not None and not self.judge.trusts(rel.owner, oid):
+                self.refuse(
+                    "untrusted_owner",
+                    f"is owned by role {rel.owner_name!r}, which is not trusted: it may add code "
+                    "to it at any moment (an index expression, statistics, a CHECK, a child "
+                    "table, a policy) that PostgreSQL runs while it plans a read of it, as the "
+                    "server's role",
+                    self.chain(obj),
+                    suggestion_for("untrusted_owner"),
+                )
+            elif (
+                kind == RELATION
+                and rel is not None
+                and rel.kind == "f"
+                and not self.judge.allow_foreign_tables
+            ):
                 self.refuse(
                     "foreign_table",
                     "is a foreign table: reading it runs a query on another server, outside "

@@ -56,14 +56,17 @@ SETTINGS_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
     ("pg_catalog", "pg_settings"): frozenset({"setting", "reset_val", "boot_val"}),
     ("pg_catalog", "pg_file_settings"): frozenset({"setting"}),
 }
-# Planner statistics keep sample values of every column, sensitive ones too: with redaction
-# on, their value columns are sensitive (which column a row is about is not followed).
-_VALUES = frozenset({"most_common_vals", "histogram_bounds", "most_common_elems"})
+# Planner statistics keep sample values of every column, sensitive ones too, and their
+# average width (a one-row table's secret's length): with redaction on, those columns are
+# sensitive (which column a row is about is not followed).
+_VALUES = frozenset({"most_common_vals", "histogram_bounds", "most_common_elems", "avg_width"})
 STATISTICS_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
     ("pg_catalog", "pg_stats"): _VALUES,
     ("pg_catalog", "pg_stats_ext"): frozenset({"most_common_vals"}),
     ("pg_catalog", "pg_stats_ext_exprs"): _VALUES,
-    ("pg_catalog", "pg_statistic"): frozenset(f"stavalues{i}" for i in range(1, 6)),
+    ("pg_catalog", "pg_statistic"): frozenset(
+        {"stawidth", *(f"stavalues{i}" for i in range(1, 6))}
+    ),
     ("pg_catalog", "pg_statistic_ext_data"): frozenset({"stxdmcv", "stxdexpr"}),
 }
 SETTINGS_FUNCTIONS = frozenset({"current_setting", "pg_show_all_settings", "pg_file_settings"})

@@ -209,6 +209,14 @@ class Judge:
             return "type lookup the database driver (asyncpg) runs for a result's types"
         return f"{kind} {oid}"
 
+    # --- owners ----------------------------------------------------------------------
+
+    def trusts(self, owner: int, oid: int) -> bool:
+        """Whether objects `owner` owns may hold code the guard takes as it finds it: made by
+        initdb, or owned by a trusted role (superusers, the database's owner, the server's
+        own role, MCP_TRUSTED_ROLES)."""
+        return oid < FIRST_USER_OID or owner in self.catalog.trusted_roles
+
     # --- functions -------------------------------------------------------------------
 
     def _trusted(self, f: Function) -> bool:

@@ -179,6 +179,8 @@ class Type(NamedTuple):
     base: int  # a domain's base type
     relation: int  # a composite type's pg_class row
     xmin: int
+    owner: int
+    owner_name: str | None  # of a type users made
 
 
 class Range(NamedTuple):
@@ -244,8 +246,15 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 
 # (Results and parameters of our statements are text, text[], oid[], json or scalars: the
 # types asyncpg knows without a lookup query of its own, see closure._driver_lookup.)
+# Trusted: superusers, the database's owner (who owns `public` from PostgreSQL 15 on and may
+# change anything in the database), the server's own role (a session of it can do all the
+# server can), and MCP_TRUSTED_ROLES.
 TRUSTED_ROLES = """ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
-    WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[]) ORDER BY 1)"""
+    WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[])
+       OR r.rolname = CURRENT_USER
+       OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
+                   WHERE d.datname = pg_catalog.current_database())
+    ORDER BY 1)"""
 
 CATALOG = f"""
 SELECT
@@ -300,7 +309,9 @@ SELECT
       t.oid::bigint, t.typnamespace::bigint, t.typname, t.typtype,
       ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout,
             t.typsubscript]::pg_catalog.oid[]::bigint[],
-      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")}))
+      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")},
+      t.typowner::bigint,
+      CASE WHEN t.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(t.typowner) END))
    FROM pg_catalog.pg_type t
    -- NOT_A_TABLE_ROW_TYPE as joins: one hash join instead of 20,000 subqueries on 10k tables
    LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
@@ -455,6 +466,7 @@ class Relation:
     # the server's role may SELECT it, so LOCK TABLE it (a GRANT or REVOKE changes its row,
     # hence its digest; one through a role membership does not, see freshness._lock)
     selectable: bool = False
+    owner: int = 0
 
 
 # The rows that hang off a relation, by the column that names it.
@@ -521,7 +533,8 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
     pg_catalog.pg_get_userbyid(c.relowner),
     (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
     CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
-    pg_catalog.has_table_privilege(c.oid, 'SELECT')))
+    pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+    c.relowner::bigint))
 FROM pg_catalog.pg_class c
 WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
@@ -585,6 +598,7 @@ class Relations:
                 array_type=r[11] or 0,
                 view_refs=_view_refs(r[12]),
                 selectable=r[13],
+                owner=r[14],
             )
             self.by_oid[rel.oid] = rel
             for typ in (rel.row_type, rel.array_type):
