@@ -15,8 +15,8 @@ know. So, once per statement when the file is checked:
    statement resolved to (pinned.qualify), and everything else is pinned to pg_catalog
    (pinned.pin), as our own SQL is. An object whose name pg_catalog also has, owned by a
    role that is not trusted (not a superuser, the database's owner, the server's role nor in
-   MCP_TRUSTED_ROLES, nor a trusted extension's member), is what a planted object looks like: it is left out, and
-   pg_catalog's is used;
+   MCP_TRUSTED_ROLES, nor a trusted extension's member), is what a planted object looks
+   like: it is left out, and pg_catalog's is used;
 3. the result is analysed again under `search_path = pg_catalog, pg_temp` and must resolve
    to exactly the objects the original did (but for those left out), or the file is
    refused with the name to qualify.
@@ -28,8 +28,8 @@ type lookup sees pg_catalog only; a fully pinned statement then runs on the PL p
 standby, a role without TEMP), names are looked up instead (_looked_up).
 
 PL code (pl-do blocks, pl-func bodies) is not rewritten: it runs on a fixed path, pg_catalog,
-then the schemas of the server's search path at the check, then pg_temp (see
-docs/custom-definitions.md).
+then the schemas of the server's search path at the check but those a role that is not
+trusted may create in (PL_PATH), then pg_temp (see docs/custom-definitions.md).
 """
 
 from __future__ import annotations
@@ -48,20 +48,29 @@ from pg_mcp_server.database.pinned import (
     unqualified_names,
     written_qualified,
 )
-from pg_mcp_server.database.safety import TRUSTED_ROLES
+from pg_mcp_server.database.safety import OPEN_SCHEMA, TRUSTED_ROLES
 
 RESTRICTED = "pg_catalog, pg_temp"
 SET_RESTRICTED = f"SET LOCAL search_path = {RESTRICTED}"
 PROBE = "mcp_probe"
 
-# The server's search path as names, for PL code: pg_catalog first, pg_temp last.
-PL_PATH = """
+# The server's search path as names, for PL code: pg_catalog first, pg_temp last, and
+# without the schemas a role that is not trusted may create in ($1: their oids, see
+# safety.OPEN_SCHEMA), which are given as `left_out`: a trusted function's body that resolves
+# an operator there when it runs would pick one planted with a closer match.
+_OPEN = OPEN_SCHEMA.format(trusted="$1::pg_catalog.oid[]")
+PL_PATH = f"""
+WITH path AS (
+  SELECT u.s, u.i, EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                           WHERE n.nspname = u.s AND {_OPEN}) AS open
+  FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i)
+  WHERE u.s <> 'pg_catalog')
 SELECT pg_catalog.array_to_string(
-  ARRAY['pg_catalog']
-  || ARRAY(SELECT pg_catalog.quote_ident(s)
-           FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) s
-           WHERE s <> 'pg_catalog')
-  || ARRAY['pg_temp'], ', ')
+         ARRAY['pg_catalog']
+         || ARRAY(SELECT pg_catalog.quote_ident(s) FROM path WHERE NOT open ORDER BY i)
+         || ARRAY['pg_temp'], ', ') AS path,
+       -- text[], not name[]: a type asyncpg knows without a look-up query of its own
+       ARRAY(SELECT s::pg_catalog.text FROM path WHERE open ORDER BY i) AS left_out
 """
 SET_PATH = "SELECT pg_catalog.set_config('search_path', $1, true)"
 PARAMETERS = """
@@ -161,9 +170,12 @@ async def trusted_roles(conn: asyncpg.Connection, names: list[str]) -> list[int]
     return value
 
 
-async def pl_path(conn: asyncpg.Connection) -> str:
-    value: str = await conn.fetchval(pin(PL_PATH))
-    return value
+async def pl_path(conn: asyncpg.Connection, trusted: list[int]) -> tuple[str, list[str]]:
+    """The path PL code and fully qualified custom SQL run on, and the schemas of the
+    server's path left out of it (see PL_PATH)."""
+    row = await conn.fetchrow(pin(PL_PATH), trusted)
+    assert row is not None
+    return row["path"], list(row["left_out"])
 
 
 def _rows(stmt: ast.Node) -> bool:

@@ -251,10 +251,19 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 # server can), and MCP_TRUSTED_ROLES.
 TRUSTED_ROLES = """ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
     WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[])
-       OR r.rolname = CURRENT_USER
+       OR r.rolname IN (CURRENT_USER, 'pg_database_owner')
        OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
                    WHERE d.datname = pg_catalog.current_database())
     ORDER BY 1)"""
+
+# A schema (pg_namespace `n`) in which a role that is not trusted may create objects: its
+# owner is not trusted, or its ACL grants CREATE to PUBLIC (grantee 0) or to such a role. An
+# overload or operator planted there with a closer match of argument types is picked over
+# the intended one, even with pg_catalog first on the path (CVE-2018-1058), and can be
+# planted at any moment, between any check and the statement. `{trusted}`: an oid[].
+OPEN_SCHEMA = """(n.nspowner <> ALL ({trusted})
+    OR EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a
+               WHERE a.privilege_type = 'CREATE' AND a.grantee <> ALL ({trusted})))"""
 
 CATALOG = f"""
 SELECT
