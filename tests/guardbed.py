@@ -249,10 +249,12 @@ BEGIN
       CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
                      WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END, r.name);
   END LOOP;
+  -- (not arrays, nor tables' row types or multiranges: they follow their owners)
   FOR r IN SELECT t.oid::pg_catalog.regtype AS name, t.typtype FROM pg_catalog.pg_type t
            LEFT JOIN pg_catalog.pg_class c ON c.oid = t.typrelid
            WHERE t.typnamespace = 'planter'::pg_catalog.regnamespace
-             AND (t.typtype = 'd' OR c.relkind = 'c') LOOP
+             AND t.typtype IN ('d', 'e', 'r', 'c') AND (c.relkind IS NULL OR c.relkind = 'c')
+  LOOP
     EXECUTE pg_catalog.format('ALTER %s %s OWNER TO CURRENT_USER',
       CASE r.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, r.name);
   END LOOP;
@@ -265,6 +267,7 @@ INSERT INTO planter.own_table VALUES (1);
 CREATE VIEW planter.own_view AS SELECT 1 AS x;
 CREATE DOMAIN planter.own_pos AS int CHECK (VALUE > 0);
 CREATE TYPE planter.own_boxed AS (v int);
+CREATE TYPE planter.own_mood AS ENUM ('calm', 'cross');
 RESET ROLE;
 """
 

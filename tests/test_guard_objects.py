@@ -344,6 +344,13 @@ ATTACKS = [
     ),
     A("owned_domain", "SELECT 5::planter.own_pos AS v", "planter.own_pos", UNTRUSTED, real=False),
     A(
+        "owned_enum",
+        "SELECT 'calm'::planter.own_mood AS v",
+        "planter.own_mood",
+        UNTRUSTED,
+        real=False,
+    ),
+    A(
         "owned_composite",
         "SELECT ('(7)'::text::planter.own_boxed).v AS v",
         "planter.own_boxed",
@@ -365,9 +372,9 @@ SAFE: list[tuple[str, str, list[dict[str, Any]] | None]] = [
     ("operator_of_builtin_function", "SELECT 1 OPERATOR(planter.#+#) 2 AS v", [{"v": 3}]),
     ("domain_with_immutable_check", "SELECT 5::planter.safe_pos AS v", [{"v": 5}]),
     ("io_cast", "SELECT ('(7)'::text::planter.safe_boxed).v AS v", [{"v": 7}]),
-    ("range_of_untrusted_owner", "SELECT planter.safe_range(1, 5)::text AS v", [{"v": "[1,5)"}]),
+    ("range_type", "SELECT planter.safe_range(1, 5)::text AS v", [{"v": "[1,5)"}]),
     (
-        "multirange_of_untrusted_owner",
+        "multirange_type",
         "SELECT planter.safe_multirange(planter.safe_range(1, 5))::text AS v",
         [{"v": "{[1,5)}"}],
     ),

@@ -383,14 +383,16 @@ class _Walk:
                 self.refuse(*verdict, self.chain(obj), suggestion)
         elif kind == TYPE:
             t = self.c.types.get(oid)
-            # A domain's owner can add a CHECK, a composite type's owner an attribute of such a
-            # domain, at any moment and without waiting for any lock the statement holds.
-            if t is not None and t.kind in "dc" and not self.judge.trusts(t.owner, oid):
+            # A type's owner can add code to it at any moment, without waiting for any lock
+            # the statement holds: a cast from or to it (CREATE CAST needs only ownership of
+            # one of the two types), a domain's CHECK, an attribute of a composite type.
+            if t is not None and not self.judge.trusts(t.owner, oid):
                 self.refuse(
                     "untrusted_owner",
                     f"is owned by role {t.owner_name!r}, which is not trusted: "
-                    "it may add code to it (a domain CHECK, an attribute of such a domain) at "
-                    "any moment, which PostgreSQL would run for this query as the server's role",
+                    "it may add code to it at any moment (a cast, a domain CHECK, an attribute "
+                    "of such a domain), which PostgreSQL would run for this query as the "
+                    "server's role",
                     self.chain(obj),
                     suggestion_for("untrusted_owner"),
                 )
