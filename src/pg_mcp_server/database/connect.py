@@ -12,6 +12,12 @@ import asyncpg
 from pg_mcp_server.config import APPLICATION_NAME, DatabaseSettings
 from pg_mcp_server.errors import DatabaseConnectionError
 
+# Statements longer than this are parsed and planned again on every call (asyncpg's default
+# is 15 KiB; describe_table's own statement is 16 KB pinned: caching it took a warm describe
+# of Pagila's film from 6.4-7.3 ms to 1.6-2.2 ms in process). 32 KiB keeps every statement of
+# ours cached with room, and bounds what 100 cached statements per connection can hold.
+MAX_CACHEABLE = 32 * 1024
+
 
 async def connect(settings: DatabaseSettings, *, statement_cache_size: int) -> asyncpg.Connection:
     seconds = settings.connect_timeout
@@ -21,6 +27,7 @@ async def connect(settings: DatabaseSettings, *, statement_cache_size: int) -> a
             timeout=seconds,
             server_settings={"application_name": APPLICATION_NAME},
             statement_cache_size=statement_cache_size,
+            max_cacheable_statement_size=MAX_CACHEABLE,
         )
     except TimeoutError:
         raise DatabaseConnectionError(
