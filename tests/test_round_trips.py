@@ -106,7 +106,7 @@ async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
     # A caller's lower timeout: BEGIN READ ONLY; SET LOCAL statement_timeout first.
     assert await _flights(wired, query, timeout_ms=2000) == (2, 1)
     # The whole call runs in one explicit read-only transaction, rolled back, so that the
-    # guard's verdict holds until the statement ends (database/guard/state.py): BEGIN, carrying the locks
+    # guard's verdict holds until the statement ends (guard/state.py): BEGIN, carrying the locks
     # on the relations the statement's known plan reaches (engine.Prelude), then the guard's
     # check, one statement confirming its catalog facts (once it has settled: the first calls
     # after new SQL or a commit read more), then the statement. So a repeated execute_query is
