@@ -49,7 +49,7 @@ from pg_mcp_server.custom.specs import (
     ResourceSpec,
     ToolSpec,
 )
-from pg_mcp_server.database.names import Names
+from pg_mcp_server.database.catalog.names import Names
 from pg_mcp_server.errors import DatabaseConnectionError, InvalidSqlError, ParameterError
 from pg_mcp_server.primitives.registry import (
     Argument,

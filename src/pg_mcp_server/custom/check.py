@@ -35,8 +35,8 @@ from pg_mcp_server.custom.specs import (
     ToolSpec,
     Where,
 )
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.sql.pinned import pin
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)

@@ -40,7 +40,8 @@ import asyncpg
 from pglast import ast, enums, parse_sql
 from pglast.stream import RawStream
 
-from pg_mcp_server.database.pinned import (
+from pg_mcp_server.database.guard.facts import OPEN_SCHEMA, TRUSTED_ROLES
+from pg_mcp_server.database.sql.pinned import (
     Kind,
     UnpinnableSqlError,
     pin,
@@ -48,7 +49,6 @@ from pg_mcp_server.database.pinned import (
     unqualified_names,
     written_qualified,
 )
-from pg_mcp_server.database.safety import OPEN_SCHEMA, TRUSTED_ROLES
 
 RESTRICTED = "pg_catalog, pg_temp"
 SET_RESTRICTED = f"SET LOCAL search_path = {RESTRICTED}"

@@ -35,10 +35,10 @@ import asyncpg
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.jsonvalues import to_json
 from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.names import MAX_VALUES, Names
-from pg_mcp_server.database.params import bind
-from pg_mcp_server.database.values import type_name
+from pg_mcp_server.database.catalog.names import MAX_VALUES, Names
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows.params import bind
+from pg_mcp_server.database.rows.values import type_name
 from pg_mcp_server.errors import (
     ConnectionLostError,
     DatabaseConnectionError,

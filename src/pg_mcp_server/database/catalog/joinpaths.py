@@ -17,9 +17,9 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import catalog
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.relationships import FAN_OUT, GRAPH, ForeignKey
+from pg_mcp_server.database.catalog import tables as catalog
+from pg_mcp_server.database.catalog.keys import FAN_OUT, GRAPH, ForeignKey
+from pg_mcp_server.database.sql.pinned import pin
 from pg_mcp_server.errors import PathNotFoundError
 
 PATH_CAP = 1000

@@ -13,7 +13,7 @@ from collections import Counter
 
 from pglast.keywords import COL_NAME_KEYWORDS, RESERVED_KEYWORDS, TYPE_FUNC_NAME_KEYWORDS
 
-from pg_mcp_server.database.joinpaths import FanKey, Graph, Path, join_types
+from pg_mcp_server.database.catalog.joinpaths import FanKey, Graph, Path, join_types
 
 _KEYWORDS = RESERVED_KEYWORDS | TYPE_FUNC_NAME_KEYWORDS | COL_NAME_KEYWORDS
 _PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")

@@ -14,10 +14,11 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import catalog, values
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.guard import SqlGuard, quote_ident
-from pg_mcp_server.database.queries import Rows, Shapes, fetch_rows
+from pg_mcp_server.database.catalog import tables as catalog
+from pg_mcp_server.database.guard.gate import SqlGuard, quote_ident
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows import values
+from pg_mcp_server.database.rows.reader import Rows, Shapes, fetch_rows
 from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
 
 # Above this many estimated rows, random sampling reads a block sample (TABLESAMPLE SYSTEM)

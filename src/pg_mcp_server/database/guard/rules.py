@@ -1,19 +1,18 @@
-"""The rules the guard judges code by, over one catalog (database/safety.py).
+"""The rules the guard judges code by, over one catalog (database/guard/facts.py).
 
 A function is unsafe when it is VOLATILE (apart from a few harmless built-ins), when a role that
 is not trusted owns it (its marking is that role's promise, and that role can replace it at any
 time), when it is one of the built-ins refused for what they do, when its SQL or PL/pgSQL body
 cannot be read, or when it is a procedure. Some built-ins run the code of an object named in an
 argument's value: called directly, they are allowed only where the statement passes a constant
-(see database/closure.py). What a statement reaches is database/closure.py's business.
+(see database/guard/reach.py). What a statement reaches is database/guard/reach.py's business.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.safety import (
+from pg_mcp_server.database.guard.facts import (
     FIRST_USER_OID,
     Catalog,
     Function,
@@ -21,7 +20,8 @@ from pg_mcp_server.database.safety import (
     TreeRefs,
     tree_refs,
 )
-from pg_mcp_server.database.sqlrefs import Refs, plpgsql_refs, refs_of
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.refs import Refs, plpgsql_refs, refs_of
 
 # Volatile, but harmless for a reader: nothing outlives the rolled-back transaction, nothing
 # outside the database is touched, and pg_sleep is bounded by the statement timeout. Only

@@ -29,10 +29,11 @@ from typing import Any
 import asyncpg
 from pglast import ast
 
-from pg_mcp_server.database import lineage, redaction, rewrite, sqltree, values
-from pg_mcp_server.database.engine import Database, StatementChangedError, translate
-from pg_mcp_server.database.guard import SqlGuard
-from pg_mcp_server.database.params import bind
+from pg_mcp_server.database.guard.gate import SqlGuard
+from pg_mcp_server.database.pool.engine import Database, StatementChangedError, translate
+from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
+from pg_mcp_server.database.rows.params import bind
+from pg_mcp_server.database.sql import tree as sqltree
 from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError, QueryTimeoutError
 
 SHAPES = 512  # statements whose shape is kept (a few KB each) ...

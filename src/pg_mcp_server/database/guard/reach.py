@@ -1,6 +1,6 @@
-"""Which code a statement can make PostgreSQL run, judged by database/rules.py.
+"""Which code a statement can make PostgreSQL run, judged by database/guard/rules.py.
 
-From the names a statement uses (database/sqlrefs.py), every object PostgreSQL might resolve
+From the names a statement uses (database/sql/refs.py), every object PostgreSQL might resolve
 them to is a seed; from each object, every object whose code PostgreSQL may run on its behalf
 is reached in turn: a view's query, an operator's function (and the ones the planner calls for
 it: selectivity, commutator, negator, its operator families), a type's I/O, subscript and range
@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 
 from asyncpg import introspection
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.rules import (
+from pg_mcp_server.database.guard.facts import (
+    FIRST_USER_OID,
+    Function,
+    Operator,
+    Relations,
+    TreeRefs,
+)
+from pg_mcp_server.database.guard.rules import (
     ALL_SCHEMAS,
     CAST,
     DRIVER,
@@ -44,14 +50,8 @@ from pg_mcp_server.database.rules import (
     Refusal,
     suggestion_for,
 )
-from pg_mcp_server.database.safety import (
-    FIRST_USER_OID,
-    Function,
-    Operator,
-    Relations,
-    TreeRefs,
-)
-from pg_mcp_server.database.sqlrefs import Call, Refs, refs_of, select_refs
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.refs import Call, Refs, refs_of, select_refs
 
 _NAMES_AT_RUN_TIME = (
     "runs what an argument's value names (a relation, a schema, a type or SQL text)"

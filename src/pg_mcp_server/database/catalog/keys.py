@@ -13,9 +13,9 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import catalog
-from pg_mcp_server.database.catalog import FK_ACTION, KEY_COLUMNS, SERVER_RUN, SNAPSHOT
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.catalog import tables as catalog
+from pg_mcp_server.database.catalog.tables import FK_ACTION, KEY_COLUMNS, SERVER_RUN, SNAPSHOT
+from pg_mcp_server.database.sql.pinned import pin
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""

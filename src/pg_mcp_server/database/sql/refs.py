@@ -4,7 +4,7 @@ The guard decides before PostgreSQL sees the statement (parse analysis already r
 literal coerced to a domain checks its constraints), so it cannot know which overload, operator
 or cast PostgreSQL will pick. It collects every name instead, with what narrows the candidates
 cheaply (a schema, a number of arguments, prefix or infix), and the guard checks every visible
-candidate (see database/closure.py). The same reader serves SQL-language function bodies.
+candidate (see database/guard/reach.py). The same reader serves SQL-language function bodies.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 from pglast import parser
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.sqltree import names, walk
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.tree import names, walk
 
 # A_Expr kinds whose `name` is not the operator PostgreSQL runs.
 _BETWEEN = {

@@ -16,8 +16,8 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.catalog import column_lines
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.catalog.tables import column_lines
+from pg_mcp_server.database.sql.pinned import pin
 from pg_mcp_server.errors import ParameterError
 
 MAX_WORDS = 8

@@ -1,6 +1,6 @@
 """Which output columns of a statement can carry a sensitive value, and which uses of one are
 refused: the statement's parse tree (pglast JSON) followed from each output back to the
-sensitive sources of database/redaction.py, through aliases, subqueries, CTEs, set operations,
+sensitive sources of database/rows/redaction.py, through aliases, subqueries, CTEs, set operations,
 joins (USING too), views' definitions, functions in FROM (by the columns they may return) and
 whole-row references (`t`, `t.*`, `(t).f`, `row_to_json(t)`, `ROW(t.*)`).
 
@@ -26,8 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.redaction import (
+from pg_mcp_server.database.rows.redaction import (
     CREDENTIAL_COLUMNS,
     CREDENTIAL_SETTINGS,
     SETTINGS_COLUMNS,
@@ -39,8 +38,9 @@ from pg_mcp_server.database.redaction import (
     Relation,
     wanted,
 )
-from pg_mcp_server.database.redaction import node as _node
-from pg_mcp_server.database.sqltree import names
+from pg_mcp_server.database.rows.redaction import node as _node
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.tree import names
 from pg_mcp_server.errors import PermissionDeniedError
 
 # Functions that pass a value on without looking at it (no error or branch depends on it).

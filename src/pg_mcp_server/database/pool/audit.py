@@ -15,7 +15,7 @@ import logging
 import anyio
 
 from pg_mcp_server.config import DatabaseSettings
-from pg_mcp_server.database.connect import connect
+from pg_mcp_server.database.pool.connect import connect
 
 logger = logging.getLogger("pg_mcp_server")
 
@@ -101,7 +101,7 @@ class RoleAudit:
             self.found, self.privileged = await audit_role(settings)
         except Exception as exc:
             # Where it tried, and why, in our words (translate): never the DSN or a password.
-            from pg_mcp_server.database.engine import translate
+            from pg_mcp_server.database.pool.engine import translate
 
             known = translate(exc)
             if known is None:  # a bug: it must not take the server down with it

@@ -1,6 +1,6 @@
 """The catalog facts the guard judges code by, read from PostgreSQL itself.
 
-Two parts, both kept fresh by `database/closure.py`'s per-call check:
+Two parts, both kept fresh by `database/guard/reach.py`'s per-call check:
 
 - `Catalog`: everything that holds or names code (functions with their bodies and support
   functions, operators, types with their I/O functions, domain constraints, ranges, casts,
@@ -10,7 +10,7 @@ Two parts, both kept fresh by `database/closure.py`'s per-call check:
   of 10,000 tables costs nothing until used), each with a digest of the catalog rows it is made
   of (columns, view rule, policies, virtual generated columns, children, indexes).
 
-Nothing here judges: see database/closure.py.
+Nothing here judges: see database/guard/reach.py.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.sqlrefs import Refs, refs_of
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.refs import Refs, refs_of
 
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
 # only by a superuser editing the system catalogs, so the per-call digest skips them.
@@ -224,7 +224,7 @@ def count_and_sum(value: str, separator: str = ":") -> str:
 
 # User rows of catalogs too small to key by statement: any change there counts. And every
 # schema, `public` included: the guard resolves schema names once per catalog read, and locks
-# relations by qualified name (freshness.py), so a schema renamed, and another made with its
+# relations by qualified name (state.py), so a schema renamed, and another made with its
 # name, must be seen.
 SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
     ", ".join(

@@ -7,8 +7,8 @@ unsafe. PostgreSQL is the backstop (user SQL runs read-only and is rolled back),
 read-only transaction still allows side effects such as advisory locks, `set_config`, an XID
 consumed, statistics reset or a sequence advanced. So the guard allows exactly one SELECT, and
 only when every object it may reach, and all the code those run, is safe for a reader (see
-database/rules.py for what "safe" means, database/closure.py for what a statement reaches,
-database/freshness.py for how current the facts are).
+database/guard/rules.py for what "safe" means, database/guard/reach.py for what a statement reaches,
+database/guard/state.py for how current the facts are).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 import asyncpg
 from pglast import parser
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.engine import Prelude
-from pg_mcp_server.database.freshness import GuardState
-from pg_mcp_server.database.rules import Refusal
-from pg_mcp_server.database.sqlrefs import Refs, refs_of
-from pg_mcp_server.database.sqltree import walk
+from pg_mcp_server.database.guard.rules import Refusal
+from pg_mcp_server.database.guard.state import GuardState
+from pg_mcp_server.database.pool.engine import Prelude
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.refs import Refs, refs_of
+from pg_mcp_server.database.sql.tree import walk
 from pg_mcp_server.errors import InvalidSqlError, PgMcpError, WriteOperationDeniedError
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a
@@ -216,8 +216,8 @@ def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = Tr
 class SqlGuard:
     """The gate every statement passes, before PostgreSQL parses it: structure first (one
     SELECT, no writes, locks or INTO), then every object its names may resolve to and all the
-    code those can run (database/closure.py, database/rules.py), judged on catalog facts that
-    one round trip on the caller's connection confirms are current (database/freshness.py)."""
+    code those can run (guard/reach.py, guard/rules.py), judged on catalog facts that one
+    round trip on the caller's connection confirms are current (guard/state.py)."""
 
     strict_comments: bool = True
     trusted_roles: tuple[str, ...] = ()

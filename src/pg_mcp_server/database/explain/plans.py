@@ -2,7 +2,7 @@
 
 ANALYZE executes the statement, so it is guarded like any query and runs read-only, never
 committed. EXPLAIN runs once, in JSON (YAML when that is what was asked for): cost, rows, timing
-and warnings come from its structure, and a text plan is written from it (plantext.py), so the
+and warnings come from its structure, and a text plan is written from it (explain/text.py), so the
 statement executes once whatever the format. The EXPLAIN statement is built in the parse tree
 and kept prepared per connection like any query's: a repeated explain is one round trip (plus
 one for table sizes when the plan has sequential scans).
@@ -20,13 +20,14 @@ import asyncpg
 import yaml
 from pglast import ast, parse_sql
 
-from pg_mcp_server.database import rewrite, sqltree
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.guard import SqlGuard
-from pg_mcp_server.database.params import bind
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.plantext import render
-from pg_mcp_server.database.queries import Shapes, judge_hidden, scrubbed
+from pg_mcp_server.database.explain.text import render
+from pg_mcp_server.database.guard.gate import SqlGuard
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows import rewrite
+from pg_mcp_server.database.rows.params import bind
+from pg_mcp_server.database.rows.reader import Shapes, judge_hidden, scrubbed
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.pinned import pin
 from pg_mcp_server.errors import ParameterError
 
 LARGE_TABLE = 10_000  # rows: a sequential scan above this is worth a warning
@@ -137,7 +138,7 @@ async def explain(
 ) -> PlanResult:
     """The plan of `sql`. With `shapes` (whose relation facts it uses), a use of a sensitive
     value that the plan would tell (row counts, estimates, an error) is refused, as
-    execute_query refuses it (database/redaction.py), and errors of a statement that reads
+    execute_query refuses it (database/rows/redaction.py), and errors of a statement that reads
     one are scrubbed of values."""
     if buffers and not analyze:
         raise ParameterError(

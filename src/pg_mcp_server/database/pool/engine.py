@@ -42,8 +42,8 @@ import sqlalchemy.exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from pg_mcp_server.config import DatabaseSettings
-from pg_mcp_server.database.connect import connect
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.pool.connect import connect
+from pg_mcp_server.database.sql.pinned import pin
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     ConnectionLostError,
@@ -146,7 +146,7 @@ request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", d
 @dataclass(frozen=True)
 class Prelude:
     """Our own statements sent with a transaction's BEGIN, in the same message (the guard's
-    relation locks, see freshness.py): what they lock (oid -> the guard's key), and by name
+    relation locks, see guard/state.py): what they lock (oid -> the guard's key), and by name
     (oid -> qualified name) for a lock-wait error."""
 
     sql: str
@@ -353,7 +353,7 @@ class Database:
 
     async def _setup(self, conn: asyncpg.Connection) -> None:
         if not self.allow_privileged:
-            from pg_mcp_server.database.audit import FILE_ROLES, privileges, refusal
+            from pg_mcp_server.database.pool.audit import FILE_ROLES, privileges, refusal
 
             row = await conn.fetchrow(pin(_PRIVILEGED), FILE_ROLES)
             assert row is not None
@@ -686,7 +686,7 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
     """
     chain = _chain(exc)
     for err in chain:
-        if isinstance(err, PgMcpError):  # already ours (database/connect.py)
+        if isinstance(err, PgMcpError):  # already ours (database/pool/connect.py)
             return err
         if isinstance(err, sqlalchemy.exc.TimeoutError):
             return DatabaseConnectionError(

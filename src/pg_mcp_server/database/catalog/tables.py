@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.sql.pinned import pin
 from pg_mcp_server.errors import (
     SchemaNotFoundError,
     TableNotFoundError,

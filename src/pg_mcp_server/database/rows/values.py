@@ -10,7 +10,7 @@ we do not) as PostgreSQL's text form in a JSON string. On top of `to_json`:
 - numeric is a JSON number only while a double holds it exactly (else a string: JSON readers
   parse numbers as doubles), and NaN / Infinity are strings;
 - bytea is base64 (`to_json` would give PostgreSQL's hex text);
-- sensitive columns (database/redaction.py) come back as "[REDACTED]" without their values
+- sensitive columns (database/rows/redaction.py) come back as "[REDACTED]" without their values
   leaving PostgreSQL;
 - get_sample_rows cuts long text at `max_text` characters.
 
@@ -161,7 +161,7 @@ def cells(columns: Sequence[Column], *, max_text: int | None = None) -> Callable
 
 def columns_of(attributes: Sequence[Any], redacted: Sequence[bool]) -> tuple[Column, ...]:
     """Columns from a prepared statement's asyncpg `Attribute`s, redacted where
-    `redacted` (database/redaction.py) says so."""
+    `redacted` (database/rows/redaction.py) says so."""
     return tuple(
         Column(
             name=a.name,

@@ -1,5 +1,5 @@
 """Where sensitive values come from, and the masks for what is shown outside rows (PRD 8.4's
-redaction, followed to the source: database/lineage.py follows a statement's outputs back to
+redaction, followed to the source: database/rows/lineage.py follows a statement's outputs back to
 these sources, and decides which outputs are redacted and which uses are refused).
 
 A value is sensitive when it comes from a *sensitive source*: a column whose name matches the
@@ -24,10 +24,10 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import sqltree
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.sqltree import names
-from pg_mcp_server.database.values import REDACTED
+from pg_mcp_server.database.rows.values import REDACTED
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.tree import names
 
 # Catalog columns that hold credentials (a foreign server's or user mapping's options may
 # include `password`, a subscription's connection string too): always sensitive.

@@ -20,8 +20,8 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import catalog
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.catalog import tables as catalog
+from pg_mcp_server.database.sql.pinned import pin
 
 MAX_VALUES = 100  # names a completion returns (the protocol's limit)
 NAME_BYTES = 63  # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes

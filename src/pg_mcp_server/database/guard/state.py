@@ -31,18 +31,8 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.catalog import SNAPSHOT
-from pg_mcp_server.database.closure import Plan, plan
-from pg_mcp_server.database.engine import (
-    Prelude,
-    Transaction,
-    lock_wait_error,
-    send_locks,
-    transaction_of,
-)
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
-from pg_mcp_server.database.safety import (
+from pg_mcp_server.database.catalog.tables import SNAPSHOT
+from pg_mcp_server.database.guard.facts import (
     FIRST_USER_OID,
     NOT_A_TABLE_ROW_TYPE,
     RELATION_DIGEST,
@@ -57,7 +47,17 @@ from pg_mcp_server.database.safety import (
     rows,
     xmin,
 )
-from pg_mcp_server.database.sqlrefs import Refs
+from pg_mcp_server.database.guard.reach import Plan, plan
+from pg_mcp_server.database.guard.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
+from pg_mcp_server.database.pool.engine import (
+    Prelude,
+    Transaction,
+    lock_wait_error,
+    send_locks,
+    transaction_of,
+)
+from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.refs import Refs
 from pg_mcp_server.errors import WriteOperationDeniedError
 
 logger = logging.getLogger(__name__)

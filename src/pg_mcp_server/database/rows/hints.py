@@ -18,8 +18,8 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.pinned import pin
-from pg_mcp_server.database.sqltree import parse, walk
+from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.tree import parse, walk
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     InvalidSqlError,
