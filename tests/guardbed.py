@@ -234,7 +234,7 @@ CREATE FOREIGN TABLE planter.parted_remote PARTITION OF planter.parted
 RESET ROLE;
 """
 
-# The planter's tables, views and composite and domain types, handed to the DBA (the bed's
+# The planter's tables, views, types and operators, handed to the DBA (the bed's
 # superuser): what a DBA builds from planted parts, so that the walk below them decides. A
 # relation or type the planter still owns is refused as a whole (its owner can add code to it
 # at any moment, see closure._Walk.check); OWNED makes one of each.
@@ -248,6 +248,11 @@ BEGIN
     EXECUTE pg_catalog.format('ALTER %s %s OWNER TO CURRENT_USER',
       CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
                      WHEN 'f' THEN 'FOREIGN TABLE' ELSE 'TABLE' END, r.name);
+  END LOOP;
+  FOR r IN SELECT o.oid::pg_catalog.regoperator AS name FROM pg_catalog.pg_operator o
+           JOIN pg_catalog.pg_roles a ON a.oid = o.oprowner
+           WHERE a.rolname = '{role}' LOOP
+    EXECUTE pg_catalog.format('ALTER OPERATOR %s OWNER TO CURRENT_USER', r.name);
   END LOOP;
   -- (not arrays, nor tables' row types or multiranges: they follow their owners)
   FOR r IN SELECT t.oid::pg_catalog.regtype AS name, t.typtype FROM pg_catalog.pg_type t
@@ -268,6 +273,7 @@ CREATE VIEW planter.own_view AS SELECT 1 AS x;
 CREATE DOMAIN planter.own_pos AS int CHECK (VALUE > 0);
 CREATE TYPE planter.own_boxed AS (v int);
 CREATE TYPE planter.own_mood AS ENUM ('calm', 'cross');
+CREATE OPERATOR planter.#-# (LEFTARG = int, RIGHTARG = int, FUNCTION = pg_catalog.int4mi);
 RESET ROLE;
 """
 

@@ -344,6 +344,13 @@ ATTACKS = [
     ),
     A("owned_domain", "SELECT 5::planter.own_pos AS v", "planter.own_pos", UNTRUSTED, real=False),
     A(
+        "owned_operator_of_a_builtin_function",
+        "SELECT 1 OPERATOR(planter.#-#) 2 AS v",
+        "planter.#-#",
+        UNTRUSTED,
+        real=False,
+    ),
+    A(
         "owned_enum",
         "SELECT 'calm'::planter.own_mood AS v",
         "planter.own_mood",
@@ -431,7 +438,7 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
             tablefunc = True
         except asyncpg.PostgresError:  # no tablefunc on this server
             tablefunc = False
-        await execute(db.dsn, HANDOVER)
+        await execute(db.dsn, HANDOVER.format(role=role))
         await execute(db.dsn, OWNED.format(role=role))
         xml = (await server_features(pg)).xml
         conn = await asyncpg.connect(db.dsn)

@@ -167,6 +167,8 @@ class Operator(NamedTuple):
     commutator: int
     negator: int
     xmin: int
+    owner: int
+    owner_name: str | None  # of an operator users made
 
 
 class Type(NamedTuple):
@@ -312,7 +314,8 @@ SELECT
       o.oid::bigint, o.oprnamespace::bigint, o.oprname, o.oprkind, o.oprleft::bigint,
       o.oprright::bigint, o.oprresult::bigint, o.oprcode::pg_catalog.oid::bigint,
       o.oprrest::pg_catalog.oid::bigint, o.oprjoin::pg_catalog.oid::bigint, o.oprcom::bigint,
-      o.oprnegate::bigint, {xmin("o")}))
+      o.oprnegate::bigint, {xmin("o")}, o.oprowner::bigint,
+      CASE WHEN o.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(o.oprowner) END))
    FROM pg_catalog.pg_operator o) AS operators,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       t.oid::bigint, t.typnamespace::bigint, t.typname, t.typtype,

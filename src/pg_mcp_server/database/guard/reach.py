@@ -381,6 +381,19 @@ class _Walk:
             if verdict is not None:
                 suggestion = suggestion_for(verdict[0]) + self.qualify_hint(obj)
                 self.refuse(*verdict, self.chain(obj), suggestion)
+        elif kind == OPERATOR:
+            o = self.c.operators.get(oid)
+            # Its owner can give it a negator, a commutator or estimators at any moment (ALTER
+            # OPERATOR ... SET), which the planner then calls, whatever function it runs now.
+            if o is not None and not self.judge.trusts(o.owner, oid):
+                self.refuse(
+                    "untrusted_owner",
+                    f"is owned by role {o.owner_name!r}, which is not trusted: it may change "
+                    "it at any moment (a negator, a commutator, estimators), and PostgreSQL "
+                    "would run what it names for this query as the server's role",
+                    self.chain(obj),
+                    suggestion_for("untrusted_owner") + self.qualify_hint(obj),
+                )
         elif kind == TYPE:
             t = self.c.types.get(oid)
             # A type's owner can add code to it at any moment, without waiting for any lock
