@@ -9,6 +9,7 @@ pg_maintain): REINDEX of its index in an open transaction holds the server's sta
 materialized CTE is planned, after the check and the parse, before the main WHERE is simplified.
 Without MAINTAIN the same ALTER can race the check like F4.
 Usage: PYTHONPATH=tests:security-review uv run python security-review/race_negator.py [reader|postgres] [race|static|exfil]
+  TOOL=explain: the raced call is explain_query with analyze=true
   static: no race, the negator set before the call (control: the guard must refuse it)
   exfil: silent: the negator reads public.users.api_token as the server, shows it in the server
   backend's application_name (pg_stat_activity shows that to every role) and answers false, so
@@ -67,7 +68,10 @@ async def main(role: str, mode: str) -> None:
             print("static call:", ok, json.dumps(body.get("error", body))[:300])
         else:
             await a.execute("BEGIN; REINDEX INDEX public.users_pkey")
-            call = asyncio.create_task(tool(c, "execute_query", sql=SQL.format(n=3)))
+            if os.environ.get("TOOL") == "explain":  # explain_query with analyze: same
+                call = asyncio.create_task(tool(c, "explain_query", sql=SQL.format(n=3), analyze=True))
+            else:
+                call = asyncio.create_task(tool(c, "execute_query", sql=SQL.format(n=3)))
             t0 = time.monotonic(); waiting = None
             while time.monotonic() - t0 < 10:
                 waiting = await admin.fetchrow(
