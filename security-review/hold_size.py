@@ -7,8 +7,9 @@ the statement timeout). That is the precondition of F3 which the ownership rule 
 to leave only to owners/MAINTAIN (docs/security.md, "Not locked before the check"): a trusted
 SQL function's body is parsed after the hold, and an operator planted meanwhile runs in it.
 Needs custom_body.py's fixture (public.fine_count, public.mood).
+TOOL=sample: the same through get_sample_rows' where_clause (an initplan holds, then the body).
 Usage: PYTHONPATH=tests:security-review uv run python security-review/hold_size.py [reader|postgres]"""
-import asyncio, json, sys, time
+import asyncio, json, os, sys, time
 import asyncpg
 from mcpclient import connect
 from common import DSN, as_role, tool
@@ -27,7 +28,12 @@ async def main(role: str) -> None:
         ok, body = await tool(c, "execute_query", sql=SQL.format(n="n"))
         print("baseline:", ok, json.dumps(body.get("rows", body))[:200])
         await a.execute("BEGIN; LOCK TABLE public.zz_size_hold IN ACCESS EXCLUSIVE MODE")
-        call = asyncio.create_task(tool(c, "execute_query", sql=SQL.format(n="n_fresh")))
+        if os.environ.get("TOOL") == "sample":
+            call = asyncio.create_task(tool(c, "get_sample_rows", table_name="feelings", where_clause=(
+                "(SELECT pg_catalog.pg_relation_size(c.oid) FROM pg_catalog.pg_class c "
+                "WHERE c.relname = 'zz_size_hold') >= 0 AND public.fine_count() > 0")))
+        else:
+            call = asyncio.create_task(tool(c, "execute_query", sql=SQL.format(n="n_fresh")))
         t0 = time.monotonic(); waiting = None
         while time.monotonic() - t0 < 10 and not waiting:
             waiting = await adm.fetchrow(
