@@ -49,6 +49,10 @@ CREATE FUNCTION public.count_fine() RETURNS bigint STABLE LANGUAGE sql
     AS $$SELECT count(*) FROM public.feelings WHERE m = 'fine'$$;
 CREATE FUNCTION public.count_on_path() RETURNS bigint STABLE LANGUAGE sql
     AS 'SELECT count(*) FROM feelings';
+-- ... and one with a path of its own, as advice often has it: the schema the planter may
+-- create in, where its planted = wins inside the body whatever the caller's path is.
+CREATE FUNCTION public.count_fine_pathed() RETURNS bigint STABLE LANGUAGE sql
+    SET search_path = public AS $$SELECT count(*) FROM feelings WHERE m = 'fine'$$;
 """
 
 PLANT = """
@@ -268,6 +272,23 @@ async def test_the_traps_fire_in_a_trusted_function_body_on_the_servers_path(
     """What count_fine() did before, called on the server's path (public on it), and how a
     body whose names rely on that path fails now: clearly, and running nothing planted."""
     assert await _moved(planted, "SELECT public.count_fine()")
+
+
+async def test_a_function_whose_own_path_names_an_open_schema_stops_the_start(
+    planted: str, tmp_path: Path
+) -> None:
+    assert await _moved(planted, "SELECT public.count_fine_pathed()")  # what it did
+    path = write(
+        tmp_path, "tools:\n  - name: pathed\n    type: sql\n    sql: SELECT count_fine_pathed()\n"
+    )
+    settings = Settings.load(database={"dsn": planted}, server={"custom_definitions": str(path)})
+    before = await _stats_reset(planted)
+    with pytest.raises(DefinitionsError) as caught:
+        async with Client(build_server(settings)):
+            pass
+    (problem,) = caught.value.problems
+    assert "it calls count_fine_pathed(), whose own search_path (public) names public" in problem
+    assert await _stats_reset(planted) == before, "a planted object ran"
 
 
 async def test_a_body_that_needs_a_schema_left_off_the_path_says_so(

@@ -59,6 +59,7 @@ PROBE = "mcp_probe"
 # safety.OPEN_SCHEMA), which are given as `left_out`: a trusted function's body that resolves
 # an operator there when it runs would pick one planted with a closer match.
 _OPEN = OPEN_SCHEMA.format(trusted="$1::pg_catalog.oid[]")
+_OPEN_2 = OPEN_SCHEMA.format(trusted="$2::pg_catalog.oid[]")
 PL_PATH = f"""
 WITH path AS (
   SELECT u.s, u.i, EXISTS (SELECT FROM pg_catalog.pg_namespace n
@@ -85,7 +86,7 @@ ORDER BY p.n
 DEALLOCATE = f"DEALLOCATE {PROBE}"
 PROBE_OID = f"SELECT 'pg_temp.{PROBE}'::pg_catalog.regproc::pg_catalog.oid"
 # What the probe function depends on: every non-built-in object its body resolved to.
-DEPENDENCIES = """
+DEPENDENCIES = f"""
 SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
        n.nspname::pg_catalog.text AS schema,
        k.name, k.label,
@@ -95,14 +96,22 @@ SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
           WHERE e.classid = d.refclassid AND e.objid = d.refobjid AND e.deptype = 'e'
             AND x.extowner = ANY ($2::pg_catalog.oid[]))) AS trusted,
        k.builtin_name,
-       k.owner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) AS own
+       k.owner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) AS own,
+       k.path,
+       -- the schemas a function's own search_path names that roles not trusted may create in
+       ARRAY(SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_namespace n
+             WHERE n.nspname = ANY (pg_catalog.string_to_array(
+                       pg_catalog.replace(pg_catalog.replace(k.path, '"', ''), ' ', ''), ','))
+               AND {_OPEN_2}) AS open_path
 FROM pg_catalog.pg_depend d
 CROSS JOIN LATERAL (
   SELECT 'function' AS kind, p.proname::pg_catalog.text AS name, p.pronamespace AS nsp,
          p.proowner AS owner, p.oid::pg_catalog.regprocedure::pg_catalog.text AS label,
          EXISTS (SELECT FROM pg_catalog.pg_proc b
                  WHERE b.proname = p.proname
-                   AND b.pronamespace = 'pg_catalog'::pg_catalog.regnamespace) AS builtin_name
+                   AND b.pronamespace = 'pg_catalog'::pg_catalog.regnamespace) AS builtin_name,
+         (SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
+          WHERE c LIKE 'search\\_path=%') AS path
   FROM pg_catalog.pg_proc p
   WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.refobjid
   UNION ALL
@@ -110,7 +119,8 @@ CROSS JOIN LATERAL (
          o.oid::pg_catalog.regoperator::pg_catalog.text,
          EXISTS (SELECT FROM pg_catalog.pg_operator b
                  WHERE b.oprname = o.oprname
-                   AND b.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+                   AND b.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace),
+         NULL::pg_catalog.text
   FROM pg_catalog.pg_operator o
   WHERE d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
   UNION ALL
@@ -118,7 +128,8 @@ CROSS JOIN LATERAL (
          t.oid::pg_catalog.regtype::pg_catalog.text,
          EXISTS (SELECT FROM pg_catalog.pg_type b
                  WHERE b.typname = t.typname
-                   AND b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+                   AND b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace),
+         NULL::pg_catalog.text
   FROM pg_catalog.pg_type t
   WHERE d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = d.refobjid
   UNION ALL
@@ -126,7 +137,8 @@ CROSS JOIN LATERAL (
          c.oid::pg_catalog.regclass::pg_catalog.text,
          EXISTS (SELECT FROM pg_catalog.pg_class b
                  WHERE b.relname = c.relname
-                   AND b.relnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+                   AND b.relnamespace = 'pg_catalog'::pg_catalog.regnamespace),
+         NULL::pg_catalog.text
   FROM pg_catalog.pg_class c
   WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = d.refobjid
 ) k
@@ -151,6 +163,8 @@ class Dependency:
     trusted: bool
     builtin_name: bool  # pg_catalog has an object of this kind and name
     own: bool  # owned by the server's role
+    path: str | None  # a function's own search_path
+    open_path: list[str]  # the schemas there that roles not trusted may create in
 
     @property
     def shadow(self) -> bool:
@@ -341,6 +355,16 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
             before = None
         if before is None:
             return await _looked_up(conn, sql)
+        for d in before:
+            if d.open_path:
+                raise Refused(
+                    f"it calls {d.label}, whose own search_path ({d.path}) names "
+                    f"{', '.join(d.open_path)}, where roles that are not trusted may create "
+                    "objects: an operator or function planted there with a closer match would "
+                    "run inside it, as the server's role; give that function a search_path "
+                    "without such schemas (its objects named with their schema), or revoke "
+                    "CREATE on them from the roles you do not trust"
+                )
         chosen = _choose(before, sql)
         text, pinned = _rewritten(sql, chosen)
         kept = {(d.cls, d.oid) for d in before if not d.shadow}
