@@ -379,3 +379,28 @@ async def test_a_notify_that_got_past_the_guard_is_never_delivered(bed: Bed) -> 
         assert heard == []
     finally:
         await listener.close()
+
+
+async def test_a_table_held_exclusively_does_not_hang_the_listing_of_its_schema(
+    bed: Bed,
+) -> None:
+    """attack2 F9: listing a schema measured a never-analyzed table exactly, which opens it, so
+    a role holding its own table ACCESS EXCLUSIVE hung every listing of the schema until the
+    statement timeout. A held relation keeps its page-count size instead."""
+    attacker = await asyncpg.connect(bed.attacker)
+    try:
+        async with server(bed.reader, bed.owner_role, statement_timeout=3000) as client:
+            await attacker.execute("BEGIN; LOCK TABLE atk.t IN ACCESS EXCLUSIVE MODE")
+            held = await fetch(
+                bed.admin,
+                "SELECT count(*) AS n FROM pg_catalog.pg_locks WHERE granted "
+                "AND mode = 'AccessExclusiveLock' AND relation = 'atk.t'::regclass",
+            )
+            assert held[0]["n"] == 1  # the hold is real
+            listed = await call(client, "list_tables", schema_name="atk")
+            assert "t" in {t["name"] for t in listed["tables"]}
+            read = await client.read_resource("pg://schemas/atk/tables", cache_mode="bypass")
+            assert '"name":"t"' in read.contents[0].text  # type: ignore[union-attr]
+            await attacker.execute("COMMIT")
+    finally:
+        await attacker.close()

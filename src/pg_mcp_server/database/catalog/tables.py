@@ -41,16 +41,28 @@ _ROWS = """CASE
     WHEN {c}.reltuples >= 0 THEN {c}.reltuples::bigint
     ELSE coalesce(pg_catalog.pg_stat_get_live_tuples({c}.oid), 0) END"""
 
+# Relations another session holds, or waits to hold, in ACCESS EXCLUSIVE mode: measuring one
+# (pg_relation_size and its kin open it) would wait for that session, and a role could hold
+# its own table to hang every listing of its schema. Read once per statement (an InitPlan).
+_HELD = """coalesce((SELECT pg_catalog.array_agg(k.relation) FROM pg_catalog.pg_locks k
+    WHERE k.locktype = 'relation' AND k.mode = 'AccessExclusiveLock'
+      AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                        WHERE d.datname = pg_catalog.current_database())),
+    ARRAY[]::pg_catalog.oid[])"""
+_FREE = f"{{c}}.oid <> ALL ({_HELD})"
+
 # Size from the planner's page counts (table, TOAST and indexes, as of the last VACUUM or
 # ANALYZE): stat()ing every file costs ~40 us a table, too slow for big catalogs. A table
-# never analyzed (reltuples = -1) has no page counts yet, so it is measured exactly.
-_LEAF_SIZE = """CASE WHEN {c}.reltuples < 0 THEN pg_catalog.pg_total_relation_size({c}.oid)
-    ELSE ({c}.relpages::bigint
+# never analyzed (reltuples = -1) has no page counts yet, so it is measured exactly (unless
+# another session holds it: then the page counts, 0, stand).
+_LEAF_SIZE = f"""CASE WHEN {{c}}.reltuples < 0 AND {_FREE}
+    THEN pg_catalog.pg_total_relation_size({{c}}.oid)
+    ELSE ({{c}}.relpages::bigint
           + coalesce((SELECT t.relpages FROM pg_catalog.pg_class t
-                      WHERE t.oid = {c}.reltoastrelid), 0)
+                      WHERE t.oid = {{c}}.reltoastrelid), 0)
           + coalesce((SELECT sum(i.relpages) FROM pg_catalog.pg_index x
                       JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
-                      WHERE x.indrelid = {c}.oid), 0))
+                      WHERE x.indrelid = {{c}}.oid), 0))
          * pg_catalog.current_setting('block_size')::bigint END"""
 
 _SIZE = f"""CASE
@@ -77,13 +89,14 @@ _PARTITIONS = """CASE WHEN {c}.relkind = 'p' THEN ARRAY(
 # relpages > 0 proves pages (only VACUUM and TRUNCATE take them away, and both update it): the
 # file is looked at only where the estimate is 0 and relpages too, since that opens the
 # relation (~15 us). A partitioned table is empty when every leaf is a plain table with no page.
-_EMPTY = """CASE
-    WHEN {c}.relkind IN ('r', 'm') THEN {c}.relispopulated AND {c}.relpages = 0
-        AND pg_catalog.pg_relation_size({c}.oid) = 0
-    WHEN {c}.relkind = 'p' THEN NOT EXISTS (
-        SELECT 1 FROM pg_catalog.pg_partition_tree({c}.oid) t
+_EMPTY = f"""CASE
+    WHEN {{c}}.relkind IN ('r', 'm') THEN {{c}}.relispopulated AND {{c}}.relpages = 0
+        AND {_FREE} AND pg_catalog.pg_relation_size({{c}}.oid) = 0
+    WHEN {{c}}.relkind = 'p' THEN NOT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_partition_tree({{c}}.oid) t
         JOIN pg_catalog.pg_class l ON l.oid = t.relid
         WHERE t.isleaf AND (l.relkind <> 'r' OR l.relpages > 0
+                            OR NOT {_FREE.format(c="l")}
                             OR pg_catalog.pg_relation_size(l.oid) > 0))
     ELSE false END"""
 
