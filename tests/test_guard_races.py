@@ -404,3 +404,22 @@ async def test_a_table_held_exclusively_does_not_hang_the_listing_of_its_schema(
             await attacker.execute("COMMIT")
     finally:
         await attacker.close()
+
+
+async def test_a_relation_the_path_never_picks_is_not_judged(bed: Bed) -> None:
+    """attack2 F15: PostgreSQL resolves a relation name in the first schema of the path that
+    has one; a role's relation of the same name in a later schema is never read, so it must
+    not get the intended one refused (nor what resolves to it accepted)."""
+    attacker = await asyncpg.connect(bed.attacker)
+    try:
+        await attacker.execute(
+            "SET ROLE NONE; CREATE TABLE atk.shown (id int); GRANT SELECT ON atk.shown TO PUBLIC"
+        )
+    finally:
+        await attacker.close()
+    await execute(bed.admin, f"ALTER ROLE {bed.reader_role} SET search_path = public, atk")
+    async with server(bed.reader, bed.owner_role) as client:
+        rows = records(await call(client, "execute_query", sql="SELECT id FROM shown ORDER BY id"))
+        assert rows == [{"id": 1}, {"id": 2}]  # public.shown, over hidden.h
+        body = await call_error(client, "execute_query", sql="SELECT id FROM atk.shown")
+        assert body["error"]["context"]["rule"] == "untrusted_owner", body

@@ -233,12 +233,20 @@ class _Walk:
         yield from (-oid for oid in self.relation_names(schemas, name))
 
     def relation_names(self, schemas: Iterable[int], name: str) -> Iterator[int]:
+        """What a relation name resolves to: the relation of the first schema that has one
+        (PostgreSQL's rule; one of a later schema is never picked while it exists, so it is not
+        judged: attack2 F15). Every schema up to that one is looked up, so the per-call check
+        sees a relation of that name made in an earlier one."""
         for nsp in schemas:
             key = (nsp, name)
             self.lookups.relations.add(key)
             if key not in self.relations.named:
                 self.unresolved = True
-            yield from self.relations.named.get(key, ())
+                continue
+            found = self.relations.named[key]
+            if found:
+                yield from found
+                return
 
     def names(self, refs: Refs, parent: Obj | None, path: tuple[int, ...]) -> None:
         """Every object the names in `refs` may resolve to, reached from `parent` (None: the
