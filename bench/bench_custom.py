@@ -52,7 +52,7 @@ async def main() -> None:
         try:
             await conn.execute(FIXTURE)
             trusted = await trusted_roles(conn, [])
-            path = await pl_path(conn)
+            path, _ = await pl_path(conn, trusted)
             print("resolve() per statement at start, ms (first / again):")
             resolved = {}
             for name, sql in STATEMENTS.items():

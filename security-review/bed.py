@@ -1,7 +1,10 @@
 """Start one embedded PostgreSQL for the attack scripts; write its admin DSN to attack/.dsn."""
-import asyncio, signal, sys
+import asyncio
+import signal
 from pathlib import Path
+
 from pgbed import start_server
+
 
 async def main() -> None:
     srv = start_server()

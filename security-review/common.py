@@ -1,7 +1,9 @@
 import json
 from pathlib import Path
 from typing import Any
+
 from pgbed import with_database
+
 ADMIN = Path(__file__).with_name(".dsn").read_text()
 DSN = with_database(ADMIN, "atkdb")
 def as_role(role: str) -> str:

@@ -1,11 +1,16 @@
 """Custom SQL that calls a DBA's SQL function (trusted owner) whose body compares an enum
 unqualified: the call runs on the PL path (pg_catalog, public, pg_temp), where a planted exact
 match public.=(mood, mood) wins inside the body. Usage: custom_body.py [reader|postgres] [before|after]"""
-import asyncio, json, sys, tempfile, textwrap
+import asyncio
+import json
+import sys
+import tempfile
+import textwrap
 from pathlib import Path
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
 
 ADMIN = """
 DROP FUNCTION IF EXISTS public.fine_count(); DROP TABLE IF EXISTS public.feelings; DROP TYPE IF EXISTS public.mood CASCADE;

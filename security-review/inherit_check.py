@@ -5,10 +5,14 @@ is attached (ALTER TABLE ... INHERIT, which needs only SHARE UPDATE EXCLUSIVE on
 compatible with the server's ACCESS SHARE) while the server's statement waits on the parent's
 index (the attacker's REINDEX in the same transaction).
 Usage: inherit_check.py [reader|postgres] [static|race]"""
-import asyncio, json, sys, time
+import asyncio
+import json
+import sys
+import time
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
 
 SETUP = r"""
 DROP TABLE IF EXISTS atk.child, atk.child0, atk.parent, atk.t2 CASCADE;

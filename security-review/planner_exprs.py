@@ -8,11 +8,14 @@ Usage: planner_exprs.py [reader|postgres] [index|stats] [static|after]
           REINDEX in an open transaction), after the guard's check; the planner opens t3 later
   after : created after a first clean call (CREATE INDEX takes SHARE, CREATE STATISTICS SHARE
           UPDATE EXCLUSIVE: neither waits for the server's ACCESS SHARE)"""
-import asyncio, json, sys
+import asyncio
+import json
+import sys
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
 from inherit_check import SETUP as INHERIT_SETUP
+from mcpclient import connect
 
 SETUP = INHERIT_SETUP + r"""
 DROP TABLE IF EXISTS atk.t3 CASCADE;

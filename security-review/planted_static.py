@@ -1,8 +1,12 @@
 """No race: plant public.=(varchar,varchar) first, then ask the server. Usage: planted_static.py ROLE SQL"""
-import asyncio, json, sys
+import asyncio
+import json
+import sys
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
+
 
 async def main(role: str, sql: str) -> None:
     a = await asyncpg.connect(as_role("attacker"))

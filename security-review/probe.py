@@ -1,7 +1,11 @@
 """Run SQL through execute_query (or another tool with JSON args). Usage: probe.py ROLE TOOL JSON_ARGS..."""
-import asyncio, json, sys
-from mcpclient import connect
+import asyncio
+import json
+import sys
+
 from common import DSN, as_role, tool
+from mcpclient import connect
+
 
 async def main(role: str, name: str, args: list[str]) -> None:
     async with connect(DSN if role == "postgres" else as_role(role)) as c:

@@ -5,10 +5,15 @@ statement waiting after the check and the parse, for as long as it likes. Meanwh
 attacker session adds CHECK (atk.dom_evil(VALUE)) to the domain the query casts to, and
 commits; then the first releases the index.
 Usage: race_domain.py [reader|postgres] [execute_query|explain|sample]"""
-import asyncio, json, os, sys, time
+import asyncio
+import json
+import os
+import sys
+import time
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
 
 SETUP_ATK = r"""
 DROP TABLE IF EXISTS atk.t CASCADE; DROP DOMAIN IF EXISTS atk.dom CASCADE;

@@ -3,10 +3,15 @@
 The planted function raises an error naming current_user and the XID it made the server's
 read-only transaction consume; as a superuser server it also writes a file (COPY TO).
 Usage: race_name.py [reader|postgres] [calls]"""
-import asyncio, json, os, sys, time
+import asyncio
+import json
+import os
+import sys
+import time
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
 
 # TOOL: execute_query (default), explain (explain_query, analyze false: the constant comparison
 # is folded at plan time), sample (get_sample_rows where_clause), resource (pg://.../sample is

@@ -5,12 +5,17 @@ statement, which also reads the attacker's table, waits in planning after the ch
 attacker session plants public.=(mood, mood) and commits; the index is released; the body is
 parsed and runs the planted operator. Needs custom_body.py's fixture (public.fine_count).
 Usage: race_sqlbody.py [reader|postgres]"""
-import asyncio, json, sys, time
+import asyncio
+import json
+import sys
+import time
+
 import asyncpg
-from mcpclient import connect
-from common import DSN, as_role, tool
 import race_domain as rd
+from common import DSN, as_role, tool
 from custom_body import ADMIN, ATK
+from mcpclient import connect
+
 
 async def main(role: str) -> None:
     adm = await asyncpg.connect(DSN); await adm.execute(ADMIN)

@@ -1,7 +1,10 @@
 """Redaction probes: does any allowed construct show a secret (hunter2 / tok-ALICE-123)?"""
-import asyncio, json, sys
-from mcpclient import connect
+import asyncio
+import json
+import sys
+
 from common import DSN, as_role, tool
+from mcpclient import connect
 
 PROBES = [
  "SELECT j.key, j.value FROM users u, jsonb_each_text(to_jsonb(u)) j",

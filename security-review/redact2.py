@@ -1,8 +1,10 @@
 """Redaction probes, round 2: oracles that survive (JOIN USING / NATURAL JOIN, views)."""
-import asyncio, json, sys
-from mcpclient import connect, execute
+import asyncio
+import json
+import sys
+
 from common import DSN, as_role, tool
-import redact
+from mcpclient import connect, execute
 
 PROBES = [
  # equality oracle through a USING join: a dictionary attack, every user at once

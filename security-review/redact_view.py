@@ -1,9 +1,12 @@
 """A role that can create a view (its own schema) reads every secret in clear through the
 server: a security_invoker view filters on the sensitive column in WHERE, and its output
 columns come from generate_series, not from the column. Usage: redact_view.py [reader|postgres]"""
-import asyncio, json, sys
-from mcpclient import connect, execute
+import asyncio
+import json
+import sys
+
 from common import DSN, as_role, tool
+from mcpclient import connect, execute
 
 VIEW = """
 DROP VIEW IF EXISTS atk.vx;

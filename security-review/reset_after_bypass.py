@@ -1,11 +1,14 @@
 """What the domain bypass can leave on the server's pooled session: a session advisory lock,
 LISTEN, an SQL PREPARE, role and a session GUC; then whether the next call finds any of it.
 Usage: reset_after_bypass.py [reader|postgres]"""
-import asyncio, json, sys, time
+import asyncio
+import json
+import sys
+
 import asyncpg
-from mcpclient import connect
-from common import DSN, as_role, tool
 import race_domain as rd
+from common import DSN, as_role, tool
+from mcpclient import connect
 
 LEAVE = r"""
 CREATE OR REPLACE FUNCTION atk.dom_leave(int) RETURNS boolean VOLATILE LANGUAGE plpgsql AS $f$

@@ -2,6 +2,7 @@
 (SELECT only), a users table with secrets, and the side-effect fingerprints."""
 import asyncio
 from pathlib import Path
+
 import asyncpg
 from pgbed import with_database
 

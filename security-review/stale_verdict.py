@@ -1,10 +1,14 @@
 """No race at all: the server judges `WHERE code = 'x'` once (clean), the attacker then creates
 public.=(varchar, varchar) and commits, and the same call runs the planted function.
 Usage: stale_verdict.py ROLE [SQL]"""
-import asyncio, json, sys
+import asyncio
+import json
+import sys
+
 import asyncpg
-from mcpclient import connect
 from common import DSN, as_role, tool
+from mcpclient import connect
+
 
 async def main(role: str, sql: str) -> None:
     a = await asyncpg.connect(as_role("attacker"))

@@ -90,7 +90,7 @@ async def test_table_prefixes_match_the_catalog(shop_dsn: str, prefix: str) -> N
             got = await complete(client, ref, "table", prefix, schema="shop")
             assert got.values == expected[:100]
             # total only when every match is in the answer: counting them all would cost more
-            # than the completion (see database/names.py).
+            # than the completion (see database/catalog/names.py).
             assert got.total == (len(expected) if len(expected) <= 100 else None)
             assert got.has_more is (len(expected) > 100)
 

@@ -27,7 +27,7 @@ from customdefs import serve, write
 from guardbed import next_xid_when_idle
 from mcp import Client
 from mcp_types import PromptReference, ResourceTemplateReference
-from mcpclient import call, execute, fetch, records
+from mcpclient import call, call_error, execute, fetch, records
 from pgbed import PgServer
 
 from pg_mcp_server.config import Settings
@@ -40,9 +40,19 @@ CREATE TABLE public.feelings (id int PRIMARY KEY, m public.mood NOT NULL, note t
 INSERT INTO public.feelings VALUES (1, 'fine', 'sun'), (2, 'grumpy', 'rain'), (3, 'fine', NULL),
                                    (4, 'sad', 'fog');
 ALTER TABLE public.feelings SET (autovacuum_enabled = off);
--- A function of the DBA's that relies on its caller's search path (as most do).
+-- Functions of the DBA's whose bodies resolve names when they run, on their caller's path:
+-- one names its table with the schema (its `=` on the enum is still unqualified), one relies
+-- on finding it on the path (as most do).
 CREATE FUNCTION public.count_feelings() RETURNS bigint STABLE LANGUAGE sql
+    AS 'SELECT count(*) FROM public.feelings';
+CREATE FUNCTION public.count_fine() RETURNS bigint STABLE LANGUAGE sql
+    AS $$SELECT count(*) FROM public.feelings WHERE m = 'fine'$$;
+CREATE FUNCTION public.count_on_path() RETURNS bigint STABLE LANGUAGE sql
     AS 'SELECT count(*) FROM feelings';
+-- ... and one with a path of its own, as advice often has it: the schema the planter may
+-- create in, where its planted = wins inside the body whatever the caller's path is.
+CREATE FUNCTION public.count_fine_pathed() RETURNS bigint STABLE LANGUAGE sql
+    SET search_path = public AS $$SELECT count(*) FROM feelings WHERE m = 'fine'$$;
 """
 
 PLANT = """
@@ -114,6 +124,9 @@ tools:
   - name: counted
     type: sql
     sql: SELECT count_feelings() AS n, max(m) AS worst FROM feelings WHERE m <> 'sad'
+  - name: fine_counted
+    type: sql
+    sql: SELECT count_fine() AS n
   - name: joined
     type: sql
     sql: |
@@ -121,29 +134,30 @@ tools:
   - name: moods_func
     type: pl-func
     language: plpgsql
-    returns: TABLE(id int, m mood)
+    returns: TABLE(id int, m public.mood)
     input_schema:
       type: object
       properties:
         mood: {type: string}
     code: |
       BEGIN
-        RETURN QUERY SELECT f.id, f.m FROM feelings f
-          WHERE f.m OPERATOR(pg_catalog.=) (args->>'mood')::mood ORDER BY f.id;
+        RETURN QUERY SELECT f.id, f.m FROM public.feelings f
+          WHERE f.m = (args->>'mood')::public.mood ORDER BY f.id;
       END;
   - name: first_mood
     type: pl-func
     language: plpgsql
-    returns: mood
+    returns: public.mood
     code: |
       BEGIN
-        RETURN (SELECT f.m FROM feelings f ORDER BY f.id LIMIT 1);
+        RETURN (SELECT f.m FROM public.feelings f ORDER BY f.id LIMIT 1);
       END;
   - name: mood_count_do
     type: pl-do
     language: plpgsql
     code: |
-      SELECT pg_catalog.jsonb_build_object('n', pg_catalog.count(*)) INTO result FROM feelings;
+      SELECT pg_catalog.jsonb_build_object('n', pg_catalog.count(*)) INTO result
+      FROM public.feelings;
 """
 
 
@@ -196,6 +210,7 @@ async def _sweep(client: Client) -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["in_mood"] = records(await call(client, "in_mood", mood="fine"))
     out["counted"] = records(await call(client, "counted"))
+    out["fine_counted"] = records(await call(client, "fine_counted"))
     out["joined"] = records(await call(client, "joined"))
     out["moods_func"] = records(await call(client, "moods_func", mood="grumpy"))
     out["first_mood"] = (await call(client, "first_mood"))["result"]
@@ -218,6 +233,7 @@ async def _sweep(client: Client) -> dict[str, Any]:
 EXPECTED = {
     "in_mood": [{"id": 1, "m": "fine"}, {"id": 3, "m": "fine"}],
     "counted": [{"n": 4, "worst": "grumpy"}],
+    "fine_counted": [{"n": 2}],
     "joined": [{"n": 2}],
     "moods_func": [{"id": 2, "m": "grumpy"}],
     "first_mood": "fine",
@@ -245,6 +261,49 @@ async def test_no_definition_runs_a_planted_object(
     ignored = " ".join(r.getMessage() for r in caplog.records)
     assert "operator =(mood,mood)" in ignored
     assert "function enum_range(mood)" in ignored
+    # `public` is left off the path PL code and function bodies run on (the planter may
+    # create there), which is why count_fine's unqualified `=` found pg_catalog's.
+    assert "schema(s) public of the search path are left off" in ignored
+
+
+async def test_the_traps_fire_in_a_trusted_function_body_on_the_servers_path(
+    planted: str,
+) -> None:
+    """What count_fine() did before, called on the server's path (public on it), and how a
+    body whose names rely on that path fails now: clearly, and running nothing planted."""
+    assert await _moved(planted, "SELECT public.count_fine()")
+
+
+async def test_a_function_whose_own_path_names_an_open_schema_stops_the_start(
+    planted: str, tmp_path: Path
+) -> None:
+    assert await _moved(planted, "SELECT public.count_fine_pathed()")  # what it did
+    path = write(
+        tmp_path, "tools:\n  - name: pathed\n    type: sql\n    sql: SELECT count_fine_pathed()\n"
+    )
+    settings = Settings.load(database={"dsn": planted}, server={"custom_definitions": str(path)})
+    before = await _stats_reset(planted)
+    with pytest.raises(DefinitionsError) as caught:
+        async with Client(build_server(settings)):
+            pass
+    (problem,) = caught.value.problems
+    assert "it calls count_fine_pathed(), whose own search_path (public) names public" in problem
+    assert await _stats_reset(planted) == before, "a planted object ran"
+
+
+async def test_a_body_that_needs_a_schema_left_off_the_path_says_so(
+    planted: str, tmp_path: Path
+) -> None:
+    before = await _stats_reset(planted)
+    tool = "tools:\n  - name: on_path\n    type: sql\n    sql: SELECT count_on_path() AS n\n"
+    async with serve(planted, tmp_path, tool) as client:
+        body = await call_error(client, "on_path")
+    error = body["error"]
+    assert error["code"] == "INVALID_SQL", error
+    assert 'relation "feelings" does not exist' in error["message"], error
+    assert error["context"]["left_off_path"] == ["public"], error
+    assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in error["suggestion"], error
+    assert await _stats_reset(planted) == before, "a planted object ran"
 
 
 NO_TEMP = """

@@ -11,7 +11,7 @@ import pytest
 import pytest_asyncio
 from mcpclient import call, call_error, connect, execute, fetch, records
 
-from pg_mcp_server.database import catalog
+from pg_mcp_server.database.catalog import tables as catalog
 
 SCHEMA = r"""
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');

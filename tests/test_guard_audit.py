@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import asyncpg
 from mcpclient import execute
 
-from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.database.guard.gate import SqlGuard
 from pg_mcp_server.errors import PgMcpError, WriteOperationDeniedError
 
 SETUP = """

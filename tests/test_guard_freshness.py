@@ -31,6 +31,13 @@ CREATE DOMAIN planter.d AS int;
 CREATE TABLE planter.ds (v planter.d);
 INSERT INTO planter.ds VALUES (1);
 RESET ROLE;
+-- The DBA's, built from the planter's parts (a relation or type the planter owned would be
+-- refused outright: test_guard_objects.py `owned_*`).
+ALTER VIEW planter.fresh_v OWNER TO CURRENT_USER;
+ALTER TYPE planter.boxed OWNER TO CURRENT_USER;
+ALTER TABLE planter.boxes OWNER TO CURRENT_USER;
+ALTER DOMAIN planter.d OWNER TO CURRENT_USER;
+ALTER TABLE planter.ds OWNER TO CURRENT_USER;
 """
 
 
@@ -93,8 +100,9 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
             "CREATE OPERATOR public.<~> (LEFTARG = int, RIGHTARG = int, "
             "FUNCTION = planter.effect_pair)"
         )
+        # (the planter's operator: refused whatever its function, see test_guard_objects.py)
         await refused(
-            client, "SELECT 1 OPERATOR(public.<~>) 2", "untrusted_owner", "planter.effect_pair"
+            client, "SELECT 1 OPERATOR(public.<~>) 2", "untrusted_owner", "operator public.<~>"
         )
         # Unqualified, it is not found: public, where the planter may create objects, is left
         # off the statement's path (no trusted candidate there).
@@ -106,16 +114,18 @@ async def test_changes_made_while_the_server_runs_are_judged_by_the_next_call(
         assert records(await call(client, "execute_query", sql=boxes)) == [{"n": 1}]
         await as_planter(
             "CREATE FUNCTION planter.box(int) RETURNS planter.boxed IMMUTABLE LANGUAGE sql "
-            "AS 'SELECT ROW($1)::planter.boxed WHERE planter.effect($1)'; "
-            "CREATE CAST (int AS planter.boxed) WITH FUNCTION planter.box(int) AS IMPLICIT"
+            "AS 'SELECT ROW($1)::planter.boxed WHERE planter.effect($1)'"
+        )
+        await execute(
+            dsn, "CREATE CAST (int AS planter.boxed) WITH FUNCTION planter.box(int) AS IMPLICIT"
         )
         await refused(client, boxes, "untrusted_owner", "planter.box")
 
         # A CHECK added to a domain a table uses.
         domains = "SELECT v FROM planter.ds"
         assert records(await call(client, "execute_query", sql=domains)) == [{"v": 1}]
-        await as_planter(
-            "ALTER DOMAIN planter.d ADD CONSTRAINT c CHECK (planter.effect(VALUE)) NOT VALID"
+        await execute(
+            dsn, "ALTER DOMAIN planter.d ADD CONSTRAINT c CHECK (planter.effect(VALUE)) NOT VALID"
         )
         await refused(client, domains, "untrusted_owner", "planter.effect")
 

@@ -23,7 +23,9 @@ from guardbed import (
     EXTENSION,
     FOREIGN,
     FOREIGN_WRAPPER,
+    HANDOVER,
     NO_HANDLER_WRAPPER,
+    OWNED,
     PLANT,
     REMOTE,
     SPANS,
@@ -64,7 +66,7 @@ A = Attack
 UNTRUSTED = "untrusted_owner"
 # (A schema's or the database's relations are all checked; the foreign table is found first.)
 ATTACKS = [
-    A("operator", "SELECT 1 === 2", "planter.op_fn", UNTRUSTED, plan_time=True, off_path=True),
+    A("operator", "SELECT 1 === 2", "planter.op_fn", UNTRUSTED, plan_time=True),
     A(
         "operator_qualified",
         "SELECT 1 OPERATOR(public.===) 2",
@@ -140,7 +142,6 @@ ATTACKS = [
         "planter.op_fn",
         UNTRUSTED,
         plan_time=True,
-        off_path=True,
     ),
     A(
         "sql_body_atomic",
@@ -215,7 +216,6 @@ ATTACKS = [
         "planter.op_fn",
         UNTRUSTED,
         plan_time=True,
-        off_path=True,
     ),
     A("view_sorted", "SELECT * FROM planter.v_sorted", "planter.level_", UNTRUSTED),
     A("view_over_view", "SELECT * FROM planter.v_view", "planter.op_fn", UNTRUSTED, plan_time=True),
@@ -312,7 +312,6 @@ ATTACKS = [
         "planter.op_fn",
         UNTRUSTED,
         tablefunc=True,
-        off_path=True,
     ),
     A("foreign_table", "SELECT * FROM planter.remote_trap", "remote_trap", "foreign_table"),
     # (Through the planter's view, postgres_fdw would connect as the planter and need a password.)
@@ -350,6 +349,38 @@ ATTACKS = [
     ),
     A("xid_trusted_wrapper", "SELECT public.xid_wrapper()", "txid_current", "refused_function"),
     A("xid_alias_by_symbol", "SELECT public.my_xid()", "public.my_xid", "refused_function"),
+    # Whatever they hold today, the planter can add code to these at any moment.
+    A("owned_table", "SELECT * FROM planter.own_table", "planter.own_table", UNTRUSTED, real=False),
+    A("owned_view", "SELECT * FROM planter.own_view", "planter.own_view", UNTRUSTED, real=False),
+    A(
+        "owned_table_in_a_join",
+        "SELECT * FROM (VALUES (1)) v(id) JOIN planter.own_table o USING (id)",
+        "planter.own_table",
+        UNTRUSTED,
+        real=False,
+    ),
+    A("owned_domain", "SELECT 5::planter.own_pos AS v", "planter.own_pos", UNTRUSTED, real=False),
+    A(
+        "owned_operator_of_a_builtin_function",
+        "SELECT 1 OPERATOR(planter.#-#) 2 AS v",
+        "planter.#-#",
+        UNTRUSTED,
+        real=False,
+    ),
+    A(
+        "owned_enum",
+        "SELECT 'calm'::planter.own_mood AS v",
+        "planter.own_mood",
+        UNTRUSTED,
+        real=False,
+    ),
+    A(
+        "owned_composite",
+        "SELECT ('(7)'::text::planter.own_boxed).v AS v",
+        "planter.own_boxed",
+        UNTRUSTED,
+        real=False,
+    ),
 ]
 
 # get_sample_rows(schema, table) of a planted relation: (name, table, culprit, rule)
@@ -358,15 +389,16 @@ SAMPLES = [
     ("xid_view", "v_xid", "pg_current_xact_id", "refused_function"),
     ("foreign_table", "remote_trap", "remote_trap", "foreign_table"),
     ("sorted_view", "v_sorted", "planter.level_", UNTRUSTED),
+    ("owned_table", "own_table", "planter.own_table", UNTRUSTED),
 ]
 
 SAFE: list[tuple[str, str, list[dict[str, Any]] | None]] = [
     ("operator_of_builtin_function", "SELECT 1 OPERATOR(planter.#+#) 2 AS v", [{"v": 3}]),
     ("domain_with_immutable_check", "SELECT 5::planter.safe_pos AS v", [{"v": 5}]),
     ("io_cast", "SELECT ('(7)'::text::planter.safe_boxed).v AS v", [{"v": 7}]),
-    ("range_of_untrusted_owner", "SELECT planter.safe_range(1, 5)::text AS v", [{"v": "[1,5)"}]),
+    ("range_type", "SELECT planter.safe_range(1, 5)::text AS v", [{"v": "[1,5)"}]),
     (
-        "multirange_of_untrusted_owner",
+        "multirange_type",
         "SELECT planter.safe_multirange(planter.safe_range(1, 5))::text AS v",
         [{"v": "{[1,5)}"}],
     ),
@@ -423,6 +455,8 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
             tablefunc = True
         except asyncpg.PostgresError:  # no tablefunc on this server
             tablefunc = False
+        await execute(db.dsn, HANDOVER.format(role=role))
+        await execute(db.dsn, OWNED.format(role=role))
         xml = (await server_features(pg)).xml
         conn = await asyncpg.connect(db.dsn)
         version = conn.get_server_version().major

@@ -4,7 +4,13 @@ has not committed; the server's call waits on that session's lock (each test fir
 waiting, so the window was really entered), the attacker commits, and the call must be
 refused, never run the attacker's code. Proof that it did not: the refusal names the planted
 function, no transaction ID was consumed and rolled back (the planted function takes one),
-and no NOTIFY arrived."""
+and no NOTIFY arrived.
+
+The relations raced are the application owner's (a role the server trusts, which the attacker
+may act as: `SET role` by default): relations of a role that is not trusted are refused
+outright (their owner could add code to them at any moment, test_guard_objects.py `owned_*`),
+so what the locks must keep out is a trusted relation changed, during the wait, to reach code
+of a role that is not trusted (`atk.evil()`)."""
 
 from __future__ import annotations
 
@@ -28,11 +34,13 @@ from pg_mcp_server.server import build_server
 
 SETUP = """
 CREATE ROLE {atk} LOGIN;
+CREATE ROLE {owner} NOLOGIN;
+GRANT {owner} TO {atk};
 CREATE ROLE {reader} LOGIN;
 CREATE SCHEMA atk AUTHORIZATION {atk};
 GRANT USAGE ON SCHEMA atk TO {reader};
+GRANT USAGE, CREATE ON SCHEMA atk TO {owner};
 SET ROLE {atk};
-ALTER DEFAULT PRIVILEGES IN SCHEMA atk GRANT SELECT ON TABLES TO {reader};
 -- What the attacker wants the server to run: it takes a transaction ID and sends a NOTIFY
 -- naming the role that ran it, which a read-only transaction allows. IMMUTABLE, so the
 -- planner folds it (EXPLAIN alone runs it).
@@ -41,6 +49,8 @@ BEGIN
     PERFORM pg_catalog.pg_notify('atk', current_user::text);
     RETURN pg_catalog.pg_current_xact_id()::text;
 END $$;
+SET ROLE {owner};
+ALTER DEFAULT PRIVILEGES IN SCHEMA atk GRANT SELECT ON TABLES TO {reader};
 CREATE TABLE atk.t (id int PRIMARY KEY, v text);
 INSERT INTO atk.t VALUES (1, 'a'), (2, 'b');
 CREATE VIEW atk.v AS SELECT id, v FROM atk.t;
@@ -52,6 +62,7 @@ CREATE TABLE atk.pt (id int, v text) PARTITION BY RANGE (id);
 CREATE TABLE atk.pt1 PARTITION OF atk.pt FOR VALUES FROM (0) TO (100);
 INSERT INTO atk.pt VALUES (1, 'a');
 RESET ROLE;
+ALTER ROLE {atk} SET role = {owner};
 -- Least privilege: the reader sees a table of a schema it may not use through a view only.
 CREATE SCHEMA hidden;
 CREATE TABLE hidden.h (id int PRIMARY KEY);
@@ -94,6 +105,7 @@ class Bed:
     reader: str  # the server's role: SELECT on the attacker's schema, nothing more
     database: str
     reader_role: str
+    owner_role: str  # owns the raced relations; trusted by the servers here
 
     async def next_xid(self) -> int:
         value: int = (await fetch(self.admin, NEXT_XID))[0][0]
@@ -117,18 +129,18 @@ class Bed:
 async def bed(pg: PgServer) -> AsyncIterator[Bed]:
     db = await pg.create_database("races")
     tag = secrets.token_hex(4)
-    atk, reader = f"race_atk_{tag}", f"race_reader_{tag}"
-    await execute(db.dsn, SETUP.format(atk=atk, reader=reader))
+    atk, reader, owner = f"race_atk_{tag}", f"race_reader_{tag}", f"race_owner_{tag}"
+    await execute(db.dsn, SETUP.format(atk=atk, reader=reader, owner=owner))
     try:
-        yield Bed(db.dsn, as_role(db.dsn, atk), as_role(db.dsn, reader), db.name, reader)
+        yield Bed(db.dsn, as_role(db.dsn, atk), as_role(db.dsn, reader), db.name, reader, owner)
     finally:
         await pg.drop_database(db.name)
-        await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}")
+        await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}; DROP ROLE {owner}")
 
 
 @asynccontextmanager
-async def server(dsn: str, **database: Any) -> AsyncIterator[Client]:
-    settings = Settings.load(database={"dsn": dsn, **database})
+async def server(dsn: str, trusted: str, **database: Any) -> AsyncIterator[Client]:
+    settings = Settings.load(database={"dsn": dsn, **database}, server={"trusted_roles": [trusted]})
     async with Client(build_server(settings)) as client:
         yield client
 
@@ -209,7 +221,7 @@ async def test_a_view_replaced_while_the_call_waits_is_refused(
     bed: Bed, name: str, warm: bool
 ) -> None:
     tool, arguments = CALLS[name]
-    async with server(bed.reader) as client:
+    async with server(bed.reader, bed.owner_role) as client:
         if warm:  # the plan is known: its locks go out with BEGIN (see engine.Prelude)
             await call(client, tool, **arguments)
         body = await race(bed, REPLACE_VIEW, lambda: call_error(client, tool, **arguments))
@@ -218,7 +230,7 @@ async def test_a_view_replaced_while_the_call_waits_is_refused(
 
 async def test_the_sample_resource_is_refused_too(bed: Bed) -> None:
     uri = "pg://schemas/atk/tables/v/sample"
-    async with server(bed.reader) as client:
+    async with server(bed.reader, bed.owner_role) as client:
         await client.read_resource(uri, cache_mode="bypass")
 
         async def read() -> dict[str, Any]:
@@ -233,7 +245,7 @@ async def test_the_sample_resource_is_refused_too(bed: Bed) -> None:
 
 async def test_a_table_renamed_and_replaced_by_a_view_is_refused(bed: Bed) -> None:
     sql = "SELECT id, v FROM atk.r"
-    async with server(bed.reader) as client:
+    async with server(bed.reader, bed.owner_role) as client:
         assert records(await call(client, "execute_query", sql=sql)) == [{"id": 1, "v": "a"}]
         body = await race(
             bed, RENAME_AND_REPLACE, lambda: call_error(client, "execute_query", sql=sql)
@@ -245,7 +257,7 @@ async def test_a_partition_swapped_while_the_call_waits_is_refused(bed: Bed) -> 
     """The partitioned table is locked with LOCK TABLE (the reader may SELECT it), which
     locks its partitions too."""
     sql = "SELECT id, v FROM atk.pt WHERE id = 1"
-    async with server(bed.reader) as client:
+    async with server(bed.reader, bed.owner_role) as client:
         assert records(await call(client, "execute_query", sql=sql)) == [{"id": 1, "v": "a"}]
         body = await race(bed, SWAP_PARTITION, lambda: call_error(client, "execute_query", sql=sql))
         assert_refused(body)
@@ -258,7 +270,7 @@ async def test_a_policy_added_while_the_call_waits_is_refused(bed: Bed, tool: st
         if tool == "execute_query"
         else {"schema_name": "atk", "table_name": "p"}
     )
-    async with server(bed.reader) as client:
+    async with server(bed.reader, bed.owner_role) as client:
         await call(client, tool, **arguments)
         body = await race(bed, ADD_POLICY, lambda: call_error(client, tool, **arguments))
         assert_refused(body)
@@ -266,7 +278,7 @@ async def test_a_policy_added_while_the_call_waits_is_refused(bed: Bed, tool: st
 
 async def test_transaction_pool_mode_is_held_to_the_same_verdict(bed: Bed) -> None:
     tool, arguments = CALLS["execute_query"]
-    async with server(bed.reader, pool_mode="transaction") as client:
+    async with server(bed.reader, bed.owner_role, pool_mode="transaction") as client:
         await call(client, tool, **arguments)
         body = await race(bed, REPLACE_VIEW, lambda: call_error(client, tool, **arguments))
         assert_refused(body)
@@ -275,7 +287,10 @@ async def test_transaction_pool_mode_is_held_to_the_same_verdict(bed: Bed) -> No
 async def test_behind_pgbouncer_the_verdict_holds_too(bed: Bed, pg: PgServer) -> None:
     tool, arguments = CALLS["execute_query"]
     # PgBouncer's user is the test bed's superuser (trusted, but not the attacker).
-    async with pgbouncer(pg.admin_dsn) as running, server(running.dsn(bed.database)) as client:
+    async with (
+        pgbouncer(pg.admin_dsn) as running,
+        server(running.dsn(bed.database), bed.owner_role) as client,
+    ):
         await call(client, tool, **arguments)
         body = await race(bed, REPLACE_VIEW, lambda: call_error(client, tool, **arguments))
         assert_refused(body)
@@ -288,7 +303,7 @@ async def test_a_lock_held_longer_than_the_call_timeout_is_a_structured_error(
     sql = "SELECT id, v FROM atk.v ORDER BY id"
     attacker = await asyncpg.connect(bed.attacker)
     try:
-        async with server(bed.reader) as client:
+        async with server(bed.reader, bed.owner_role) as client:
             await call(client, "execute_query", sql=sql if warm else "SELECT 1")
             await attacker.execute("BEGIN; LOCK TABLE atk.t IN ACCESS EXCLUSIVE MODE")
             body = await call_error(client, "execute_query", sql=sql, timeout_ms=300)
@@ -310,7 +325,7 @@ async def test_a_schema_renamed_and_made_again_is_seen(bed: Bed) -> None:
     """Not a race: the guard resolves schema names and locks relations by qualified name,
     so a schema renamed and another made with its name must be noticed at the next call."""
     sql = "SELECT id, v FROM atk.v ORDER BY id"
-    async with server(bed.reader) as client:
+    async with server(bed.reader, bed.owner_role) as client:
         await call(client, "execute_query", sql=sql)
         await execute(
             bed.admin,
@@ -335,7 +350,7 @@ async def test_a_view_over_a_schema_the_role_may_not_use_still_works_and_is_lock
     sql = "SELECT id FROM public.shown ORDER BY id"
     admin = await asyncpg.connect(bed.admin)
     try:
-        async with server(bed.reader) as client:
+        async with server(bed.reader, bed.owner_role) as client:
             for _ in range(2):  # the first call, then with its locks sent with BEGIN
                 assert records(await call(client, "execute_query", sql=sql)) == [
                     {"id": 1},
@@ -357,10 +372,54 @@ async def test_a_notify_that_got_past_the_guard_is_never_delivered(bed: Bed) -> 
     heard: list[str] = []
     await listener.add_listener("atk", lambda *args: heard.append(args[-1]))
     try:
-        async with server(bed.reader) as client:
+        async with server(bed.reader, bed.owner_role) as client:
             sql = "SELECT public.notify_stable('atk', 'delivered')::text AS v"
             assert records(await call(client, "execute_query", sql=sql)) == [{"v": ""}]
         await listener.execute("SELECT 1")  # a round trip: a NOTIFY sent would be here now
         assert heard == []
     finally:
         await listener.close()
+
+
+async def test_a_table_held_exclusively_does_not_hang_the_listing_of_its_schema(
+    bed: Bed,
+) -> None:
+    """attack2 F9: listing a schema measured a never-analyzed table exactly, which opens it, so
+    a role holding its own table ACCESS EXCLUSIVE hung every listing of the schema until the
+    statement timeout. A held relation keeps its page-count size instead."""
+    attacker = await asyncpg.connect(bed.attacker)
+    try:
+        async with server(bed.reader, bed.owner_role, statement_timeout=3000) as client:
+            await attacker.execute("BEGIN; LOCK TABLE atk.t IN ACCESS EXCLUSIVE MODE")
+            held = await fetch(
+                bed.admin,
+                "SELECT count(*) AS n FROM pg_catalog.pg_locks WHERE granted "
+                "AND mode = 'AccessExclusiveLock' AND relation = 'atk.t'::regclass",
+            )
+            assert held[0]["n"] == 1  # the hold is real
+            listed = await call(client, "list_tables", schema_name="atk")
+            assert "t" in {t["name"] for t in listed["tables"]}
+            read = await client.read_resource("pg://schemas/atk/tables", cache_mode="bypass")
+            assert '"name":"t"' in read.contents[0].text  # type: ignore[union-attr]
+            await attacker.execute("COMMIT")
+    finally:
+        await attacker.close()
+
+
+async def test_a_relation_the_path_never_picks_is_not_judged(bed: Bed) -> None:
+    """attack2 F15: PostgreSQL resolves a relation name in the first schema of the path that
+    has one; a role's relation of the same name in a later schema is never read, so it must
+    not get the intended one refused (nor what resolves to it accepted)."""
+    attacker = await asyncpg.connect(bed.attacker)
+    try:
+        await attacker.execute(
+            "SET ROLE NONE; CREATE TABLE atk.shown (id int); GRANT SELECT ON atk.shown TO PUBLIC"
+        )
+    finally:
+        await attacker.close()
+    await execute(bed.admin, f"ALTER ROLE {bed.reader_role} SET search_path = public, atk")
+    async with server(bed.reader, bed.owner_role) as client:
+        rows = records(await call(client, "execute_query", sql="SELECT id FROM shown ORDER BY id"))
+        assert rows == [{"id": 1}, {"id": 2}]  # public.shown, over hidden.h
+        body = await call_error(client, "execute_query", sql="SELECT id FROM atk.shown")
+        assert body["error"]["context"]["rule"] == "untrusted_owner", body

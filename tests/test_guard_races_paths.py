@@ -66,18 +66,18 @@ SAMPLE = {"schema_name": "atk", "table_name": "v"}
 
 
 @asynccontextmanager
-async def over_http(dsn: str, pool_mode: str) -> AsyncIterator[Client]:
-    with serve_http(dsn, PG_POOL_MODE=pool_mode) as running:
+async def over_http(dsn: str, pool_mode: str, trusted: str) -> AsyncIterator[Client]:
+    with serve_http(dsn, PG_POOL_MODE=pool_mode, MCP_TRUSTED_ROLES=trusted) as running:
         async with Client(running.mcp) as client:
             yield client
 
 
 @asynccontextmanager
-async def over_stdio(dsn: str, pool_mode: str) -> AsyncIterator[Client]:
+async def over_stdio(dsn: str, pool_mode: str, trusted: str) -> AsyncIterator[Client]:
     parameters = StdioServerParameters(
         command=EXECUTABLE,
         args=["--dsn", dsn, "--log-format", "text"],
-        env=clean_env(PG_POOL_MODE=pool_mode),
+        env=clean_env(PG_POOL_MODE=pool_mode, MCP_TRUSTED_ROLES=trusted),
     )
     async with Client(parameters) as client:
         yield client
@@ -96,7 +96,7 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
 async def test_a_view_replaced_while_a_spawned_server_waits_is_refused(
     bed: Bed, transport: str, pool_mode: str
 ) -> None:
-    async with TRANSPORTS[transport](bed.reader, pool_mode) as client:
+    async with TRANSPORTS[transport](bed.reader, pool_mode, bed.owner_role) as client:
         for tool, arguments in CALLS:
             await call(client, tool, **arguments)  # the plan is known: locks go with BEGIN
             body = await race(bed, REPLACE_VIEW, partial(call_error, client, tool, **arguments))
@@ -130,7 +130,7 @@ async def test_catalog_paths_never_wait_on_a_view_being_replaced(bed: Bed) -> No
     sample = ResourceTemplateReference(
         type="ref/resource", uri="pg://schemas/{schema}/tables/{table}/sample"
     )
-    async with server_in_process(bed.reader) as client:
+    async with server_in_process(bed.reader, bed.owner_role) as client:
         paths: dict[str, Callable[[], Awaitable[Any]]] = {
             "analyze-table": lambda: client.get_prompt(
                 "analyze-table", {"schema": "atk", "table": "v"}
@@ -291,8 +291,7 @@ async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(
         ran = [str(r["v"]) for r in records(await call(client, "read_v"))]
         assert all(v[0] in "ab" and v[1:].isdigit() for v in ran), ran
     caplog.clear()
-    owner = bed.attacker.split("//", 1)[1].split("@", 1)[0]
-    async with serve_custom(bed.reader, tmp_path, CUSTOM, trusted_roles=[owner]):
+    async with serve_custom(bed.reader, tmp_path, CUSTOM, trusted_roles=[bed.owner_role]):
         assert not [r for r in caplog.records if "MCP_TRUSTED_ROLES" in r.getMessage()]
 
 
@@ -303,7 +302,7 @@ async def test_a_guarded_call_after_the_same_replacement_is_still_refused(bed: B
         await attacker.execute(REPLACE_VIEW)
     finally:
         await attacker.close()
-    async with server_in_process(bed.reader) as client:
+    async with server_in_process(bed.reader, bed.owner_role) as client:
         with pytest.raises(AssertionError):
             await call(client, "execute_query", sql=SQL)
         assert_refused(await call_error(client, "execute_query", sql=SQL))

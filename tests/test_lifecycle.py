@@ -139,10 +139,11 @@ def test_http_stops_within_a_second(
 
 # As many demo stops as fit in this budget, at most RUNS: one in a dozen used to end with a
 # FileNotFoundError traceback from the clean-up (two clean-ups of the same files). A demo
-# start takes 2-3 s on an idle machine; bench/bench_stop.py ran the full 50 (README).
+# start takes 2-3 s on an idle machine (10-15 runs here; the cause is fixed, this keeps it
+# so); bench/bench_stop.py ran the full 50 (README). It was 60 s, the suite's longest test.
 RUNS = 50
-BUDGET_S = 60.0
-AT_LEAST = 5
+BUDGET_S = 30.0
+AT_LEAST = 8
 
 
 def test_the_demo_stops_cleanly_again_and_again(tmp_path: Path) -> None:

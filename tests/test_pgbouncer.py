@@ -16,7 +16,7 @@ from pgbed import PgServer
 from wire import PgBouncer, pgbouncer
 
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.pool.engine import Database
 
 SETUP = """
 CREATE TABLE items (id int PRIMARY KEY, label text, price numeric(8, 2));

@@ -9,19 +9,15 @@ from mcpclient import fetch
 from pgbed import PgServer
 
 from pg_mcp_server.custom import check
-from pg_mcp_server.database import (
-    audit,
-    catalog,
-    freshness,
-    hints,
-    names,
-    plans,
-    relationships,
-    safety,
-    search,
-    server_info,
-)
-from pg_mcp_server.database.pinned import UnpinnableSqlError, pin, unpinned
+from pg_mcp_server.database.catalog import keys as relationships
+from pg_mcp_server.database.catalog import names, search, server_info
+from pg_mcp_server.database.catalog import tables as catalog
+from pg_mcp_server.database.explain import plans
+from pg_mcp_server.database.guard import facts as safety
+from pg_mcp_server.database.guard import state as freshness
+from pg_mcp_server.database.pool import audit
+from pg_mcp_server.database.rows import hints
+from pg_mcp_server.database.sql.pinned import UnpinnableSqlError, pin, unpinned
 
 ROWS = "(VALUES (1, 1, 1), (2, 1, 2), (3, NULL, 1), (4, 1, NULL), (5, NULL, NULL), (6, 3, 2))"
 # Constructs PostgreSQL resolves by operator name, each with the NULLs that tell them apart.

@@ -33,7 +33,7 @@ from mcp_types import PromptReference, ResourceTemplateReference
 from mcpclient import connect, execute, fetch
 from pgbed import PgServer
 
-from pg_mcp_server.database.pinned import unpinned
+from pg_mcp_server.database.sql.pinned import unpinned
 
 TRAP = "PINNED TRAP"
 

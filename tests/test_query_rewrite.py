@@ -13,9 +13,9 @@ import pytest_asyncio
 from mcpclient import call, connect, execute, fetch
 
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database import rewrite
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.queries import Shapes, fetch_rows
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows import rewrite
+from pg_mcp_server.database.rows.reader import Shapes, fetch_rows
 
 ROWS = 200_000
 SETUP = f"""

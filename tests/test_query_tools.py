@@ -20,8 +20,8 @@ from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.queries import Shapes, fetch_rows
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows.reader import Shapes, fetch_rows
 from pg_mcp_server.errors import ParameterError
 
 SETUP = r"""
@@ -398,7 +398,7 @@ async def test_a_killed_backend_is_one_log_line_and_no_failed_call(
         assert killed and all(r[0] for r in killed)
         for _ in range(4):
             assert (await call(client, "execute_query", sql="SELECT 2"))["rows"] == [[2]]
-    ours = [r for r in caplog.records if r.name == "pg_mcp_server.database.engine"]
+    ours = [r for r in caplog.records if r.name == "pg_mcp_server.database.pool.engine"]
     discarded = [r for r in ours if "discarding a pooled connection" in r.getMessage()]
     assert 1 <= len(discarded) <= len(killed)
     assert all(r.levelno <= logging.INFO and len(r.getMessage()) <= 200 for r in ours)

@@ -1,7 +1,7 @@
 """Secrets never reach a client: redaction follows a value to its source column (through
 aliases, expressions, subqueries, CTEs, views and whole-row references), a use that would
 tell a sensitive value is refused, errors do not echo one, and credential settings and
-catalog columns are masked in every tool and resource (database/redaction.py)."""
+catalog columns are masked in every tool and resource (database/rows/redaction.py)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,11 @@ REDACTED_QUERIES = [
         "statistics",
         "SELECT attname, to_json(most_common_vals) AS v FROM pg_stats WHERE tablename = 'creds'",
         ["v"],
+    ),
+    (
+        "statistics_width",
+        "SELECT attname, avg_width AS w FROM pg_stats WHERE tablename = 'creds'",
+        ["w"],
     ),
     (
         "info_schema_options",
@@ -327,7 +332,7 @@ async def test_activity_masks_passwords_in_other_sessions_statements(rdsn: str) 
 
 
 def test_scrub() -> None:
-    from pg_mcp_server.database.redaction import scrub
+    from pg_mcp_server.database.rows.redaction import scrub
 
     assert scrub('invalid input syntax for type integer: "hunter2"', "22P02") == (
         'invalid input syntax for type integer: "[REDACTED]"'
@@ -337,7 +342,7 @@ def test_scrub() -> None:
 
 
 def test_mask_query() -> None:
-    from pg_mcp_server.database.redaction import mask_query
+    from pg_mcp_server.database.rows.redaction import mask_query
 
     assert mask_query("ALTER ROLE x PASSWORD 'hunter2'") == "ALTER ROLE x PASSWORD '[REDACTED]'"
     assert "fdwpw42" not in (
@@ -349,7 +354,7 @@ def test_mask_query() -> None:
 
 
 def test_mask_setting() -> None:
-    from pg_mcp_server.database.redaction import mask_setting
+    from pg_mcp_server.database.rows.redaction import mask_setting
 
     assert mask_setting("primary_conninfo", "host=a password='x y' user=b") == (
         "host=a password=[REDACTED] user=b"

@@ -16,10 +16,10 @@ from mcpclient import execute, fetch
 from wire import Relay, relay
 
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.guard import SqlGuard
-from pg_mcp_server.database.plans import explain
-from pg_mcp_server.database.queries import Shapes, fetch_rows
+from pg_mcp_server.database.explain.plans import explain
+from pg_mcp_server.database.guard.gate import SqlGuard
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows.reader import Shapes, fetch_rows
 
 SQL = "SELECT id, label FROM items WHERE id <= $1 ORDER BY id"
 
@@ -97,7 +97,7 @@ async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
 
     await db.ping()  # the pool's connection is made (start-up, settings, codecs)
     # New SQL on a warm connection: describe, read the facts redaction needs about a table
-    # not seen before (database/redaction.py: its statement prepared, then run; once per
+    # not seen before (database/rows/redaction.py: its statement prepared, then run; once per
     # table per server), prepare the reading statement, run it.
     assert await _flights(wired, query) == (5, 1)
     # Repeated: one Bind/Execute, in the session's implicit read-only transaction.
@@ -106,7 +106,7 @@ async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
     # A caller's lower timeout: BEGIN READ ONLY; SET LOCAL statement_timeout first.
     assert await _flights(wired, query, timeout_ms=2000) == (2, 1)
     # The whole call runs in one explicit read-only transaction, rolled back, so that the
-    # guard's verdict holds until the statement ends (freshness.py): BEGIN, carrying the locks
+    # guard's verdict holds until the statement ends (guard/state.py): BEGIN, carrying the locks
     # on the relations the statement's known plan reaches (engine.Prelude), then the guard's
     # check, one statement confirming its catalog facts (once it has settled: the first calls
     # after new SQL or a commit read more), then the statement. So a repeated execute_query is

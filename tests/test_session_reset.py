@@ -23,7 +23,7 @@ from pgbed import PgServer
 from wire import pgbouncer
 
 from pg_mcp_server.config import Settings
-from pg_mcp_server.database.engine import Database
+from pg_mcp_server.database.pool.engine import Database
 
 LOW = "pgmcp_reset_low"
 # What a later use must see: the login role, nothing held, nothing listened to.

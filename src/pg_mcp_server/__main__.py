@@ -32,7 +32,7 @@ from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.signals import Signals, Stop
 
 if TYPE_CHECKING:
-    from pg_mcp_server.database.audit import RoleAudit
+    from pg_mcp_server.database.pool.audit import RoleAudit
 
 # Where a setting can also come from a flag, its messages name both.
 FLAGS = {
@@ -186,7 +186,7 @@ async def audited(settings: Settings, wait: float | None = None) -> RoleAudit:
     not answer within `wait` seconds)."""
     import anyio
 
-    from pg_mcp_server.database.audit import RoleAudit
+    from pg_mcp_server.database.pool.audit import RoleAudit
 
     audit = RoleAudit()
     with anyio.move_on_after(wait) as waited:
@@ -205,10 +205,10 @@ def check_role(settings: Settings) -> list[str] | None:
     reads or writes the server's files or runs programs there) is refused unless
     MCP_ALLOW_PRIVILEGED_ROLE, and with MCP_REQUIRE_READ_ONLY_ROLE anything beyond reading is.
     Its findings, or None when the database cannot be reached or did not answer in time (the
-    lifespan then audits again in the background; see database/audit.py)."""
+    lifespan then audits again in the background; see database/pool/audit.py)."""
     import anyio
 
-    from pg_mcp_server.database.audit import refusal
+    from pg_mcp_server.database.pool.audit import refusal
 
     # `initialize` waits for this: a few seconds at most (a host that never answers would
     # hold it for PG_CONNECT_TIMEOUT), since every new pooled connection checks the role's

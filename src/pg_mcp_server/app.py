@@ -16,12 +16,12 @@ from mcp.server.mcpserver import Context
 from pg_mcp_server.config import Settings
 
 if TYPE_CHECKING:
-    from pg_mcp_server.database.audit import RoleAudit
-    from pg_mcp_server.database.catalog import SnapshotCache
-    from pg_mcp_server.database.engine import Database
-    from pg_mcp_server.database.guard import SqlGuard
-    from pg_mcp_server.database.joinpaths import GraphCache
-    from pg_mcp_server.database.queries import Shapes
+    from pg_mcp_server.database.catalog.joinpaths import GraphCache
+    from pg_mcp_server.database.catalog.tables import SnapshotCache
+    from pg_mcp_server.database.guard.gate import SqlGuard
+    from pg_mcp_server.database.pool.audit import RoleAudit
+    from pg_mcp_server.database.pool.engine import Database
+    from pg_mcp_server.database.rows.reader import Shapes
 
 
 class AppContext:
@@ -42,7 +42,7 @@ class AppContext:
 
     @cached_property
     def db(self) -> Database:
-        from pg_mcp_server.database.engine import Database
+        from pg_mcp_server.database.pool.engine import Database
 
         return Database(
             self.settings.database,
@@ -51,7 +51,7 @@ class AppContext:
 
     @cached_property
     def guard(self) -> SqlGuard:
-        from pg_mcp_server.database.guard import SqlGuard
+        from pg_mcp_server.database.guard.gate import SqlGuard
 
         server = self.settings.server
         return SqlGuard(
@@ -62,21 +62,21 @@ class AppContext:
 
     @cached_property
     def graph(self) -> GraphCache:
-        from pg_mcp_server.database.joinpaths import GraphCache
+        from pg_mcp_server.database.catalog.joinpaths import GraphCache
 
         return GraphCache()
 
     @cached_property
     def described(self) -> SnapshotCache:
         """describe_table answers, reused while nothing has committed since."""
-        from pg_mcp_server.database.catalog import SnapshotCache
+        from pg_mcp_server.database.catalog.tables import SnapshotCache
 
         return SnapshotCache()
 
     @cached_property
     def shapes(self) -> Shapes:
         """Described statements (execute_query, get_sample_rows), see queries.Shapes."""
-        from pg_mcp_server.database.queries import Shapes
+        from pg_mcp_server.database.rows.reader import Shapes
 
         return Shapes()
 

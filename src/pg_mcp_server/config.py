@@ -228,9 +228,9 @@ class ServerSettings(BaseSettings):
     trusted_roles: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description=(
-            "Comma-separated roles whose functions the guard trusts as marked (besides "
-            "superusers and extension members); objects owned by other roles must be built "
-            "from trusted parts only"
+            "Comma-separated roles the guard trusts (besides superusers, the database's "
+            "owner, the server's own role and extension members): their functions are taken "
+            "as marked, and queries may read their relations and types"
         ),
     )
     allow_foreign_tables: bool = Field(

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pg_mcp_server import envelope
 from pg_mcp_server.config import ServerSettings, Settings
-from pg_mcp_server.database.engine import Database, request_backends
+from pg_mcp_server.database.pool.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.idscan import addressee
 from pg_mcp_server.server import build_server

@@ -1,7 +1,7 @@
 """Server middleware (the SDK's `ServerMiddleware`: it sees each request before its handler).
 
 - `instructions_with_audit`: the role audit runs in the background while the server starts
-  (database/audit.py); what it finds is added to the instructions of `initialize` and
+  (database/pool/audit.py); what it finds is added to the instructions of `initialize` and
   `server/discover` answers, which wait for it a short while.
 - `unknown_tool`: `tools/call` with a name no tool has gets our structured PARAMETER_ERROR with
   the closest names and the list of tools, instead of the SDK's plain text "Unknown tool: x"

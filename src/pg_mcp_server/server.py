@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.custom.build import Loaded
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
-    from pg_mcp_server.database.engine import Database
+    from pg_mcp_server.database.pool.engine import Database
     from pg_mcp_server.primitives.registry import Primitives, Request
     from pg_mcp_server.tools.registry import PgTool
 
@@ -356,7 +356,7 @@ def build_server(
     async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
         audit = None
         if role_warnings is None:
-            from pg_mcp_server.database.audit import RoleAudit
+            from pg_mcp_server.database.pool.audit import RoleAudit
 
             audit = RoleAudit()
         app = AppContext(settings, db, sensitive=settings.server.sensitive_regex(), audit=audit)

@@ -49,7 +49,7 @@ from pg_mcp_server.custom.specs import (
     ResourceSpec,
     ToolSpec,
 )
-from pg_mcp_server.database.names import Names
+from pg_mcp_server.database.catalog.names import Names
 from pg_mcp_server.errors import DatabaseConnectionError, InvalidSqlError, ParameterError
 from pg_mcp_server.primitives.registry import (
     Argument,
@@ -268,6 +268,7 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
             refused=refused,
             creates=plfunc and session is None,
             before=session.ensure if session is not None else None,
+            left_out=checked.left_out if checked else (),
         ) as conn:
             if spec.type == "pl-do":
                 return await run_do(conn, spec.statement, args, _pl_path(checked))
@@ -348,7 +349,9 @@ def _completer(
         refused = "Completion queries run read-only."
         text = _checked(sql, checked)
         path = checked.path(sql) if checked else None
-        async with transaction(app.db, None, write=False, refused=refused) as conn:
+        async with transaction(
+            app.db, None, write=False, refused=refused, left_out=checked.left_out if checked else ()
+        ) as conn:
             return await complete(conn, text, value, path)
 
     return lookup
@@ -370,7 +373,10 @@ def _reader(
         settings = request.app.settings.server
         refused = "Resources always run read-only."
         sql = _checked(spec.sql, checked)
-        async with transaction(request.app.db, None, write=False, refused=refused) as conn:
+        left_out = checked.left_out if checked else ()
+        async with transaction(
+            request.app.db, None, write=False, refused=refused, left_out=left_out
+        ) as conn:
             rows = await fetch_rows(
                 conn,
                 sql,

@@ -35,8 +35,8 @@ from pg_mcp_server.custom.specs import (
     ToolSpec,
     Where,
 )
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.pinned import pin
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.sql.pinned import pin
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)
@@ -64,6 +64,9 @@ class Checked:
     sql: dict[str, str] = field(default_factory=dict)
     pinned: set[str] = field(default_factory=set)  # (originals) every name qualified
     pl_path: str = "pg_catalog, pg_temp"
+    # schemas of the server's path left out of pl_path (roles that are not trusted may
+    # create there, see resolve.PL_PATH)
+    left_out: tuple[str, ...] = ()
 
     def path(self, sql: str) -> str | None:
         """The path `sql` runs on once prepared: the PL path when nothing in it depends on
@@ -124,14 +127,19 @@ def _distinct(described: Described) -> None:
 
 class _Checker:
     def __init__(
-        self, defs: Definitions, conn: asyncpg.Connection, trusted: list[int], path: str
+        self,
+        defs: Definitions,
+        conn: asyncpg.Connection,
+        trusted: list[int],
+        path: str,
+        left_out: list[str],
     ) -> None:
         self.defs = defs
         self.conn = conn
         self.trusted = trusted
         self.problems: list[str] = []
         self.where = Where("file", 0, 1)  # the definition being checked (run)
-        self.checked = Checked(pl_path=path)
+        self.checked = Checked(pl_path=path, left_out=tuple(left_out))
         self.described = self.checked.described
 
     async def statement(self, sql: str, what: str) -> Described:
@@ -227,7 +235,17 @@ async def check(defs: Definitions, db: Database, trusted: list[str] | None = Non
     reached. `trusted`: MCP_TRUSTED_ROLES (see resolve.py)."""
     async with db.session() as conn:
         roles = await trusted_roles(conn, list(trusted or ()))
-        checker = _Checker(defs, conn, roles, await pl_path(conn))
+        path, left_out = await pl_path(conn, roles)
+        if left_out:
+            logger.warning(
+                "custom definitions: schema(s) %s of the search path are left off the path "
+                "custom SQL and PL code run on: roles that are not trusted may create objects "
+                "there (an operator planted there would be picked inside a function's body); "
+                "name their objects with the schema, or revoke CREATE (REVOKE CREATE ON "
+                "SCHEMA public FROM PUBLIC)",
+                ", ".join(left_out),
+            )
+        checker = _Checker(defs, conn, roles, path, left_out)
         languages = {r[0] for r in await conn.fetch(pin(LANGUAGES))}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
         available = {r[0] for r in await conn.fetch(pin(AVAILABLE), wanted)} if wanted else set()

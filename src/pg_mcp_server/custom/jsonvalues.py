@@ -1,6 +1,6 @@
 """Driver values of custom definitions as JSON, without losing meaning.
 
-The built-in tools have PostgreSQL make each row's JSON around a SELECT (database/values.py);
+The built-in tools have PostgreSQL make each row's JSON around a SELECT (database/rows/values.py);
 a definition's SQL may also be a write with RETURNING, a DO block's result or a completion
 query, which that wrapper cannot carry, so these values are converted here, as the driver
 returns them: numeric stays a JSON number while a float holds it exactly (else a string); NaN

@@ -14,9 +14,9 @@ know. So, once per statement when the file is checked:
 2. each unqualified name is qualified with the schema of the object of that name the
    statement resolved to (pinned.qualify), and everything else is pinned to pg_catalog
    (pinned.pin), as our own SQL is. An object whose name pg_catalog also has, owned by a
-   role that is not trusted (not a superuser nor in MCP_TRUSTED_ROLES, nor a trusted
-   extension's member), is what a planted object looks like: it is left out, and
-   pg_catalog's is used;
+   role that is not trusted (not a superuser, the database's owner, the server's role nor in
+   MCP_TRUSTED_ROLES, nor a trusted extension's member), is what a planted object looks
+   like: it is left out, and pg_catalog's is used;
 3. the result is analysed again under `search_path = pg_catalog, pg_temp` and must resolve
    to exactly the objects the original did (but for those left out), or the file is
    refused with the name to qualify.
@@ -28,8 +28,8 @@ type lookup sees pg_catalog only; a fully pinned statement then runs on the PL p
 standby, a role without TEMP), names are looked up instead (_looked_up).
 
 PL code (pl-do blocks, pl-func bodies) is not rewritten: it runs on a fixed path, pg_catalog,
-then the schemas of the server's search path at the check, then pg_temp (see
-docs/custom-definitions.md).
+then the schemas of the server's search path at the check but those a role that is not
+trusted may create in (PL_PATH), then pg_temp (see docs/custom-definitions.md).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ import asyncpg
 from pglast import ast, enums, parse_sql
 from pglast.stream import RawStream
 
-from pg_mcp_server.database.pinned import (
+from pg_mcp_server.database.guard.facts import OPEN_SCHEMA, TRUSTED_ROLES
+from pg_mcp_server.database.sql.pinned import (
     Kind,
     UnpinnableSqlError,
     pin,
@@ -53,14 +54,24 @@ RESTRICTED = "pg_catalog, pg_temp"
 SET_RESTRICTED = f"SET LOCAL search_path = {RESTRICTED}"
 PROBE = "mcp_probe"
 
-# The server's search path as names, for PL code: pg_catalog first, pg_temp last.
-PL_PATH = """
+# The server's search path as names, for PL code: pg_catalog first, pg_temp last, and
+# without the schemas a role that is not trusted may create in ($1: their oids, see
+# safety.OPEN_SCHEMA), which are given as `left_out`: a trusted function's body that resolves
+# an operator there when it runs would pick one planted with a closer match.
+_OPEN = OPEN_SCHEMA.format(trusted="$1::pg_catalog.oid[]")
+_OPEN_2 = OPEN_SCHEMA.format(trusted="$2::pg_catalog.oid[]")
+PL_PATH = f"""
+WITH path AS (
+  SELECT u.s, u.i, EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                           WHERE n.nspname = u.s AND {_OPEN}) AS open
+  FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) WITH ORDINALITY AS u(s, i)
+  WHERE u.s <> 'pg_catalog')
 SELECT pg_catalog.array_to_string(
-  ARRAY['pg_catalog']
-  || ARRAY(SELECT pg_catalog.quote_ident(s)
-           FROM pg_catalog.unnest(pg_catalog.current_schemas(false)) s
-           WHERE s <> 'pg_catalog')
-  || ARRAY['pg_temp'], ', ')
+         ARRAY['pg_catalog']
+         || ARRAY(SELECT pg_catalog.quote_ident(s) FROM path WHERE NOT open ORDER BY i)
+         || ARRAY['pg_temp'], ', ') AS path,
+       -- text[], not name[]: a type asyncpg knows without a look-up query of its own
+       ARRAY(SELECT s::pg_catalog.text FROM path WHERE open ORDER BY i) AS left_out
 """
 SET_PATH = "SELECT pg_catalog.set_config('search_path', $1, true)"
 PARAMETERS = """
@@ -75,7 +86,7 @@ ORDER BY p.n
 DEALLOCATE = f"DEALLOCATE {PROBE}"
 PROBE_OID = f"SELECT 'pg_temp.{PROBE}'::pg_catalog.regproc::pg_catalog.oid"
 # What the probe function depends on: every non-built-in object its body resolved to.
-DEPENDENCIES = """
+DEPENDENCIES = f"""
 SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
        n.nspname::pg_catalog.text AS schema,
        k.name, k.label,
@@ -85,14 +96,22 @@ SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
           WHERE e.classid = d.refclassid AND e.objid = d.refobjid AND e.deptype = 'e'
             AND x.extowner = ANY ($2::pg_catalog.oid[]))) AS trusted,
        k.builtin_name,
-       k.owner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) AS own
+       k.owner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = CURRENT_USER) AS own,
+       k.path,
+       -- the schemas a function's own search_path names that roles not trusted may create in
+       ARRAY(SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_namespace n
+             WHERE n.nspname = ANY (pg_catalog.string_to_array(
+                       pg_catalog.replace(pg_catalog.replace(k.path, '"', ''), ' ', ''), ','))
+               AND {_OPEN_2}) AS open_path
 FROM pg_catalog.pg_depend d
 CROSS JOIN LATERAL (
   SELECT 'function' AS kind, p.proname::pg_catalog.text AS name, p.pronamespace AS nsp,
          p.proowner AS owner, p.oid::pg_catalog.regprocedure::pg_catalog.text AS label,
          EXISTS (SELECT FROM pg_catalog.pg_proc b
                  WHERE b.proname = p.proname
-                   AND b.pronamespace = 'pg_catalog'::pg_catalog.regnamespace) AS builtin_name
+                   AND b.pronamespace = 'pg_catalog'::pg_catalog.regnamespace) AS builtin_name,
+         (SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
+          WHERE c LIKE 'search\\_path=%') AS path
   FROM pg_catalog.pg_proc p
   WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.refobjid
   UNION ALL
@@ -100,7 +119,8 @@ CROSS JOIN LATERAL (
          o.oid::pg_catalog.regoperator::pg_catalog.text,
          EXISTS (SELECT FROM pg_catalog.pg_operator b
                  WHERE b.oprname = o.oprname
-                   AND b.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+                   AND b.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace),
+         NULL::pg_catalog.text
   FROM pg_catalog.pg_operator o
   WHERE d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
   UNION ALL
@@ -108,7 +128,8 @@ CROSS JOIN LATERAL (
          t.oid::pg_catalog.regtype::pg_catalog.text,
          EXISTS (SELECT FROM pg_catalog.pg_type b
                  WHERE b.typname = t.typname
-                   AND b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+                   AND b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace),
+         NULL::pg_catalog.text
   FROM pg_catalog.pg_type t
   WHERE d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = d.refobjid
   UNION ALL
@@ -116,17 +137,15 @@ CROSS JOIN LATERAL (
          c.oid::pg_catalog.regclass::pg_catalog.text,
          EXISTS (SELECT FROM pg_catalog.pg_class b
                  WHERE b.relname = c.relname
-                   AND b.relnamespace = 'pg_catalog'::pg_catalog.regnamespace)
+                   AND b.relnamespace = 'pg_catalog'::pg_catalog.regnamespace),
+         NULL::pg_catalog.text
   FROM pg_catalog.pg_class c
   WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = d.refobjid
 ) k
 JOIN pg_catalog.pg_namespace n ON n.oid = k.nsp
 WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = $1
 """
-TRUSTED = """
-SELECT ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
-             WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[]))
-"""
+TRUSTED = f"SELECT {TRUSTED_ROLES}"  # the guard's trusted roles
 
 
 class Refused(Exception):
@@ -144,6 +163,8 @@ class Dependency:
     trusted: bool
     builtin_name: bool  # pg_catalog has an object of this kind and name
     own: bool  # owned by the server's role
+    path: str | None  # a function's own search_path
+    open_path: list[str]  # the schemas there that roles not trusted may create in
 
     @property
     def shadow(self) -> bool:
@@ -163,9 +184,12 @@ async def trusted_roles(conn: asyncpg.Connection, names: list[str]) -> list[int]
     return value
 
 
-async def pl_path(conn: asyncpg.Connection) -> str:
-    value: str = await conn.fetchval(pin(PL_PATH))
-    return value
+async def pl_path(conn: asyncpg.Connection, trusted: list[int]) -> tuple[str, list[str]]:
+    """The path PL code and fully qualified custom SQL run on, and the schemas of the
+    server's path left out of it (see PL_PATH)."""
+    row = await conn.fetchrow(pin(PL_PATH), trusted)
+    assert row is not None
+    return row["path"], list(row["left_out"])
 
 
 def _rows(stmt: ast.Node) -> bool:
@@ -331,6 +355,16 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
             before = None
         if before is None:
             return await _looked_up(conn, sql)
+        for d in before:
+            if d.open_path:
+                raise Refused(
+                    f"it calls {d.label}, whose own search_path ({d.path}) names "
+                    f"{', '.join(d.open_path)}, where roles that are not trusted may create "
+                    "objects: an operator or function planted there with a closer match would "
+                    "run inside it, as the server's role; give that function a search_path "
+                    "without such schemas (its objects named with their schema), or revoke "
+                    "CREATE on them from the roles you do not trust"
+                )
         chosen = _choose(before, sql)
         text, pinned = _rewritten(sql, chosen)
         kept = {(d.cls, d.oid) for d in before if not d.shadow}

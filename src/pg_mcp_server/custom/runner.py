@@ -35,10 +35,10 @@ import asyncpg
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.jsonvalues import to_json
 from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
-from pg_mcp_server.database.engine import Database
-from pg_mcp_server.database.names import MAX_VALUES, Names
-from pg_mcp_server.database.params import bind
-from pg_mcp_server.database.values import type_name
+from pg_mcp_server.database.catalog.names import MAX_VALUES, Names
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows.params import bind
+from pg_mcp_server.database.rows.values import type_name
 from pg_mcp_server.errors import (
     ConnectionLostError,
     DatabaseConnectionError,
@@ -93,12 +93,14 @@ async def transaction(
     refused: str,
     creates: bool = False,
     before: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+    left_out: Sequence[str] = (),
 ) -> AsyncIterator[asyncpg.Connection]:
     """A connection inside a transaction of our own: read-only and rolled back, or (`write`)
     read-write and committed when the block succeeds. `creates`: read-write, to create a
     temporary function, yet rolled back (see create_function). `before(conn)` runs on the
     session before the transaction begins. `refused`: the suggestion that goes with a write
-    PostgreSQL refused in a read-only transaction."""
+    PostgreSQL refused in a read-only transaction. `left_out`: the schemas the check left off
+    the path (check.Checked.left_out), named when something is not found."""
     ms = db.timeout_ms(timeout_ms)
     mode = "READ WRITE" if write or creates else "READ ONLY"
     try:
@@ -121,6 +123,23 @@ async def transaction(
                 raise WriteOperationDeniedError(
                     f"PostgreSQL refused a write in the read-only transaction: {exc.message}",
                     suggestion=refused,
+                ) from None
+            except (
+                asyncpg.UndefinedTableError,
+                asyncpg.UndefinedFunctionError,
+                asyncpg.UndefinedObjectError,
+            ) as exc:
+                if not left_out:
+                    raise
+                raise InvalidSqlError(
+                    f"{exc.message} (schema {', '.join(left_out)} is not on the path custom "
+                    "SQL and code run on: roles that are not trusted may create objects there, "
+                    "and one planted with a closer match would be picked)",
+                    suggestion="Name objects of that schema with it (public.t) in the "
+                    "definition and in the bodies of the functions it calls, or give those "
+                    "functions their own SET search_path; or revoke CREATE on that schema from "
+                    "the roles you do not trust (REVOKE CREATE ON SCHEMA public FROM PUBLIC).",
+                    context={"left_off_path": list(left_out)},
                 ) from None
             except asyncpg.InvalidTransactionTerminationError as exc:
                 raise InvalidSqlError(

@@ -43,7 +43,7 @@ from mcp_types import Resource as McpResource
 from mcp_types import ResourceTemplate as McpResourceTemplate
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database import names
+from pg_mcp_server.database.catalog import names
 from pg_mcp_server.errors import (
     ConnectionLostError,
     InternalError,

@@ -1,7 +1,8 @@
 """Built-in resources: the server itself (pg://system_info, pg://settings, pg://stat/...) and
 the schema, browsable as pg://schemas and the templates below it.
 
-Server resources run one statement of `database/server_info.py` on a pooled read-only session.
+Server resources run one statement of `database/catalog/server_info.py` on a pooled
+read-only session.
 Schema resources run the tool that gives the same answer (list_schemas, list_tables,
 describe_table, get_sample_rows) exactly as `tools/call` does, so a template read is the
 tool's structured output, from the same code and the same caches, errors included.
@@ -14,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database import server_info
+from pg_mcp_server.database.catalog import server_info
 from pg_mcp_server.primitives.registry import (
     Argument,
     Content,

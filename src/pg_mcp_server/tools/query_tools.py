@@ -10,10 +10,10 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from pg_mcp_server.app import AppContext, app_context
-from pg_mcp_server.database import catalog
-from pg_mcp_server.database.hints import column_hint, function_hint, relations
-from pg_mcp_server.database.plans import explain
-from pg_mcp_server.database.queries import query_hash, run_query
+from pg_mcp_server.database.catalog import tables as catalog
+from pg_mcp_server.database.explain.plans import explain
+from pg_mcp_server.database.rows.hints import column_hint, function_hint, relations
+from pg_mcp_server.database.rows.reader import query_hash, run_query
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     InvalidSqlError,

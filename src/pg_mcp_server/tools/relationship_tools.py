@@ -9,14 +9,14 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from pg_mcp_server.app import app_context
-from pg_mcp_server.database.joinpaths import (
+from pg_mcp_server.database.catalog.joinpaths import (
     MAX_DEPTH,
     PATH_CAP,
     Path,
     no_path,
 )
-from pg_mcp_server.database.joinsql import fan_out_notes, join_sql
-from pg_mcp_server.database.relationships import foreign_keys_of
+from pg_mcp_server.database.catalog.joinsql import fan_out_notes, join_sql
+from pg_mcp_server.database.catalog.keys import foreign_keys_of
 from pg_mcp_server.models.relationships import (
     FindJoinPathOutput,
     ForeignKeyRelation,

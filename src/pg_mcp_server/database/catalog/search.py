@@ -1,0 +1,133 @@
+"""search_tables: where does a thing live? Names and comments of tables and columns in every
+schema, ranked, in one catalog statement.
+
+A query is cut into words (plurals folded: "emails" finds email, "categories" category). Each
+word scores a table by its best match there: the table's name equal (10) or containing it (6),
+a column's name equal (5) or containing it (4), the table's comment (3), a column's comment
+(2). Tables matching more of the words rank first, then by score. Matching is substring
+containment on lower-cased text, which needs no extension and reads 100,000 columns in tens of
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import asyncpg
+
+from pg_mcp_server.database.catalog.tables import column_lines
+from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.errors import ParameterError
+
+MAX_WORDS = 8
+COLUMNS_SHOWN = 5  # matching columns shown per table, best first
+# Words that say nothing about where data lives ("which table has customer emails?").
+# fmt: off
+_STOP = frozenset({
+    "a", "an", "and", "any", "are", "by", "column", "columns", "data", "do", "does", "find",
+    "for", "from", "has", "have", "in", "is", "it", "of", "on", "or", "table", "tables", "that",
+    "the", "there", "to", "what", "where", "which", "who", "with",
+})
+# fmt: on
+
+# The columns of table r that matched most words, best first.
+_BEST_COLUMNS = f"""AND a.attnum = ANY (ARRAY(
+    SELECT h.attnum FROM hits h WHERE h.oid = r.oid AND h.attnum IS NOT NULL
+    GROUP BY h.attnum ORDER BY count(*) DESC, max(h.score) DESC, h.attnum
+    LIMIT {COLUMNS_SHOWN}))"""
+
+SEARCH = f"""
+WITH words AS (
+    SELECT u.word, u.ord FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(word, ord)
+),
+rel AS MATERIALIZED (
+    SELECT c.oid, c.relname, c.relkind, c.relnamespace, n.nspname,
+           pg_catalog.lower(c.relname) AS lname,
+           pg_catalog.lower(coalesce(d.description, '')) AS ldescription, d.description
+    FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_catalog.pg_description d
+      ON d.objoid = c.oid AND d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid = 0
+    WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition
+      AND n.nspname !~ '^pg_' AND n.nspname <> 'information_schema'
+),
+-- Columns are matched before they are joined to their tables, so that only the few that match
+-- are; one LIKE ANY ($3: '%word%' each) picks them in the scan, then the words score them.
+column_hits AS (
+    SELECT a.attrelid AS oid, a.attnum, w.ord, CASE WHEN a.lname = w.word THEN 5 ELSE 4 END AS score
+    FROM (SELECT attrelid, attnum, pg_catalog.lower(attname) AS lname
+          FROM pg_catalog.pg_attribute
+          WHERE attnum > 0 AND NOT attisdropped
+            AND pg_catalog.lower(attname) OPERATOR(pg_catalog.~~) ANY ($3::text[])) a
+    JOIN words w ON pg_catalog.strpos(a.lname, w.word) > 0
+    UNION ALL
+    SELECT d.objoid, d.objsubid::int2, w.ord, 2
+    FROM pg_catalog.pg_description d
+    JOIN words w ON pg_catalog.strpos(pg_catalog.lower(d.description), w.word) > 0
+    WHERE d.classoid = 'pg_catalog.pg_class'::regclass AND d.objsubid > 0
+),
+hits AS MATERIALIZED (
+    SELECT rel.oid, NULL::int2 AS attnum, w.ord,
+           CASE WHEN rel.lname = w.word THEN 10
+                WHEN pg_catalog.strpos(rel.lname, w.word) > 0 THEN 6 ELSE 3 END AS score
+    FROM rel JOIN words w
+      ON pg_catalog.strpos(rel.lname, w.word) > 0
+      OR pg_catalog.strpos(rel.ldescription, w.word) > 0
+    UNION ALL
+    SELECT h.oid, h.attnum, h.ord, h.score FROM column_hits h JOIN rel ON rel.oid = h.oid
+),
+ranked AS (
+    SELECT best.oid, sum(best.score) AS score, count(*) AS words
+    FROM (SELECT oid, ord, max(score) AS score FROM hits GROUP BY oid, ord) best
+    GROUP BY best.oid
+),
+page AS (
+    SELECT ranked.*, rel.nspname, rel.relname, count(*) OVER () AS total
+    FROM ranked JOIN rel ON rel.oid = ranked.oid
+    ORDER BY ranked.words DESC, ranked.score DESC, rel.nspname, rel.relname
+    LIMIT $2
+)
+SELECT r.nspname AS schema_name, r.relname AS table_name,
+       CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+           WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+           WHEN 'f' THEN 'foreign table' END AS type,
+       pg_catalog.left(r.description, 200) AS description,
+       {column_lines("r", _BEST_COLUMNS, comment=True)} AS columns,
+       page.total
+FROM page JOIN rel r ON r.oid = page.oid
+ORDER BY page.words DESC, page.score DESC, page.nspname, page.relname
+"""
+
+
+def search_words(query: str) -> list[str]:
+    """The query's words, lower-cased, without stop words, plurals folded, at most MAX_WORDS:
+    letters and digits only, so none is special in a LIKE pattern."""
+    words = []
+    for word in re.findall(r"[^\W_]+", query.lower()):
+        if len(word) < 2 or word in _STOP:
+            continue
+        if len(word) > 4 and word.endswith("ies"):
+            word = word[:-3] + "y"
+        elif len(word) > 4 and word.endswith(("ses", "xes", "shes", "ches")):
+            word = word[:-2]
+        elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+            word = word[:-1]
+        if word not in words:
+            words.append(word)
+    if not words:
+        raise ParameterError(
+            f"The query {query!r} has no word to search for",
+            suggestion="Give a few words of a table or column name or comment, e.g. 'email'.",
+        )
+    return words[:MAX_WORDS]
+
+
+async def search_tables(
+    conn: asyncpg.Connection, query: str, limit: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The best `limit` matches and how many tables match in all."""
+    words = search_words(query)
+    rows = await conn.fetch(pin(SEARCH), words, limit, [f"%{w}%" for w in words])
+    total = int(rows[0]["total"]) if rows else 0
+    return [{k: v for k, v in r.items() if k != "total"} for r in rows], total

@@ -1,0 +1,796 @@
+"""Connection pool and the ways a tool uses a connection (public asyncpg and SQLAlchemy APIs).
+
+SQLAlchemy's async engine owns pooling (size, timeout); the work itself runs on the pooled
+asyncpg connection, so statements use asyncpg's extended protocol (one prepared statement per
+message). The engine is in AUTOCOMMIT mode so that SQLAlchemy starts no transaction of its own.
+
+Connected directly (or through a session-mode pooler), every pooled session is read-only
+(`default_transaction_read_only`) with the server's statement timeout from the moment it opens,
+and is returned to exactly that state after each use (the login role and session authorization,
+advisory locks, LISTEN, cursors, every setting; see _RESET) before the pool can hand it out.
+A lone statement of our own therefore runs in an implicit read-only transaction. SQL a caller
+wrote runs in an explicit `BEGIN READ ONLY; SET LOCAL statement_timeout` transaction
+(`read_only(explicit=True)`), always rolled back, which the guard's check and its relation
+locks share with the statement (see `Transaction`); the locks of a known plan go out in
+BEGIN's message (`Prelude`).
+
+Behind a transaction-mode pooler (PgBouncer, Supavisor) no session state sticks: a SET, a
+prepared statement or the reset may land on another server connection, and another client may
+have changed this one. There every use is an explicit `BEGIN READ ONLY` transaction, always
+rolled back, statements are unnamed and parsed again each time, what a statement could leave
+past ROLLBACK is cleared inside its transaction (_POOLED_END), and no session is reset or
+cancelled by backend pid (PgBouncer shows a pid of its own). `PG_POOL_MODE` says which (`auto`:
+the first connection compares the backend pid PostgreSQL reports with the one the connection
+was given at start-up; a pooler in between makes them differ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import asyncpg
+import sqlalchemy.exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from pg_mcp_server.config import DatabaseSettings
+from pg_mcp_server.database.pool.connect import connect
+from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.errors import (
+    ColumnNotFoundError,
+    ConnectionLostError,
+    DatabaseConnectionError,
+    InvalidSqlError,
+    ParameterError,
+    PermissionDeniedError,
+    PgMcpError,
+    QueryTimeoutError,
+    TableNotFoundError,
+    WriteOperationDeniedError,
+)
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Our own constant text, never a caller's SQL, so the simple protocol's multi-statement
+# message is fine here: one round trip each.
+_SESSION = "SET default_transaction_read_only = on; SET statement_timeout = {ms}"
+# The savepoint marks the transaction's first state, for _POOLED_END.
+_BEGIN = "BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}; SAVEPOINT pg_mcp_start"
+# Before reuse, the session goes back to exactly the state it was set up in: the login role
+# and session authorization (RESET ALL leaves both alone, so a statement that ran
+# `set_config('role', ..., false)` would have every later call run as that role; DEFAULT is
+# allowed for any role and resets the role too), no session advisory lock, LISTEN, cursor or
+# sequence state, every setting reset, then set up again. A session where SQL-level PREPARE
+# left a statement behind, or that holds a temporary object other than a custom pl-func
+# tool's function, is refused (the guard never lets either through; this is the backstop) and
+# so discarded. DEALLOCATE ALL, like DISCARD ALL, would also drop the driver's own prepared
+# statements, which the statement cache relies on; DISCARD TEMP would drop the pl-func
+# functions (`pg_temp.mcp_tool_*`, custom/plcode.py), which a session keeps so that a
+# read-only call creates nothing (no XID per call).
+_LEFT_BEHIND = """(
+    EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql)
+    OR EXISTS (SELECT FROM pg_catalog.pg_class
+               WHERE relnamespace = pg_catalog.pg_my_temp_schema())
+    OR EXISTS (SELECT FROM pg_catalog.pg_type
+               WHERE typnamespace = pg_catalog.pg_my_temp_schema())
+    OR EXISTS (SELECT FROM pg_catalog.pg_proc
+               WHERE pronamespace = pg_catalog.pg_my_temp_schema()
+                 AND NOT pg_catalog.starts_with(proname::pg_catalog.text, 'mcp_tool')))"""
+_RESET = (
+    "SET SESSION AUTHORIZATION DEFAULT; "
+    f"SELECT 1 / (NOT {_LEFT_BEHIND})::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); "
+    "CLOSE ALL; UNLISTEN *; DISCARD SEQUENCES; RESET ALL; " + _SESSION
+)
+# Behind a transaction pooler the session is not ours to reset, and the next statement may
+# reach another server connection: what a statement could leave past its transaction is
+# cleared inside it, on the same server connection. ROLLBACK undoes settings (is_local false
+# too), role, session authorization and LISTEN; not session advisory locks, nor statements
+# prepared from SQL (seen on PostgreSQL 15 and 18). The savepoint makes this work after a
+# failed statement too; a prepared statement left behind fails it, and a client that goes
+# away in the middle of a transaction makes PgBouncer close that server connection.
+_POOLED_END = (
+    "ROLLBACK TO SAVEPOINT pg_mcp_start; "
+    "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
+    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK"
+)
+_DETECT = "SELECT pg_catalog.pg_backend_pid()"
+# The start-up audit's privileged part (audit.py), again on every new connection unless the
+# role is allowed: a role made superuser after the start, or one the start could not audit
+# (the database was down), is still refused.
+_PRIVILEGED = """
+SELECT current_user AS role, r.rolsuper AS superuser,
+       ARRAY(SELECT p FROM unnest($1::text[]) AS p
+             WHERE pg_has_role(current_user, p, 'MEMBER')) AS file_roles
+FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
+"""
+
+# Types the driver reads only in their text form, which it cannot do inside a composite value
+# (a whole-row reference to a table with a tsvector column, say), so it cannot even describe
+# a statement returning one. Values never reach the driver in our statements (PostgreSQL makes
+# their JSON, see rewrite.py), so for describing such a statement these types, and every type
+# from an extension, are read as raw bytes on that connection, which is then discarded rather
+# than pooled (our own catalog reads must keep the driver's usual forms).
+_TEXT_ONLY = [
+    "interval",  # text on our connections, see _setup
+    # The pg_catalog types asyncpg 0.32 cannot describe inside a composite (found by trying
+    # each base type as a composite's only field).
+    *("aclitem", "gtsvector", "macaddr", "macaddr8", "money", "refcursor"),
+    *("tsquery", "tsvector", "pg_dependencies", "pg_ndistinct", "pg_node_tree"),
+    *("regclass", "regcollation", "regconfig", "regdictionary", "regnamespace", "regoper"),
+    *("regoperator", "regproc", "regprocedure", "regrole", "regtype"),
+]
+_EXTENSION_TYPES = """
+SELECT t.typname, n.nspname FROM pg_catalog.pg_type t
+JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+WHERE t.typtype = 'b' AND t.typcategory <> 'A'
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+"""
+
+STATEMENT_CACHE = 100  # prepared statements kept per connection (asyncpg's default too)
+
+# The backends working for the current request (set by the HTTP gateway per request and
+# inherited by the tasks that serve it), so a request whose client went away can have its
+# queries cancelled.
+request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", default=None)
+
+
+@dataclass(frozen=True)
+class Prelude:
+    """Our own statements sent with a transaction's BEGIN, in the same message (the guard's
+    relation locks, see guard/state.py): what they lock (oid -> the guard's key), and by name
+    (oid -> qualified name) for a lock-wait error."""
+
+    sql: str
+    locked: dict[int, str]
+    named: dict[int, str]
+    # Called when a relation it names is gone (dropped, renamed, its schema renamed or no
+    # longer usable): the guard reads its facts again, and the call runs once more
+    # (StatementChangedError).
+    gone: Callable[[], None] = lambda: None
+    # The `SET LOCAL search_path` among `sql`, if any: the statement's path (see
+    # closure.run_path), recorded in the Transaction.
+    search_path: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.named.values())))
+
+
+# What a lock statement of the guard's (Prelude) raises when a relation it names is gone or
+# no longer what the facts say: the facts are read again and the call runs once more.
+LOCK_FAILURES = (
+    asyncpg.UndefinedTableError,
+    asyncpg.InvalidSchemaNameError,
+    asyncpg.InsufficientPrivilegeError,
+    asyncpg.WrongObjectTypeError,
+)
+
+
+@dataclass(eq=False)
+class Transaction:
+    """The explicit read-only transaction one use of a connection runs in: its timeout, and
+    the relations the guard has locked in it so far (oid -> what the lock named), which its
+    ROLLBACK releases."""
+
+    conn: asyncpg.Connection
+    timeout_ms: int
+    locked: dict[int, str] = field(default_factory=dict)
+    # The `SET LOCAL search_path` the guard sent in it, None while the session's holds.
+    search_path: str | None = None
+
+
+# The transaction of the `read_only(explicit=True)` block the current task is in.
+_transaction: ContextVar[Transaction | None] = ContextVar("transaction", default=None)
+
+
+def transaction_of(conn: asyncpg.Connection) -> Transaction | None:
+    """The explicit transaction `conn` is in for the current block, if the engine began it."""
+    found = _transaction.get()
+    return found if found is not None and found.conn is conn else None
+
+
+# Which of some relations, or of those their views read (which locking a view, or reading
+# its definition, locks too), another session holds in the one mode that conflicts with
+# ACCESS SHARE, by name (always quoted, as the guard writes names).
+_HOLDERS = """
+WITH RECURSIVE rels(oid) AS (
+    SELECT k.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS k(oid)
+    UNION
+    SELECT d.refobjid FROM rels
+    JOIN pg_catalog.pg_rewrite r ON r.ev_class = rels.oid
+    JOIN pg_catalog.pg_depend d ON d.objid = r.oid
+     AND d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+     AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass)
+SELECT DISTINCT '"' || pg_catalog.replace(n.nspname::pg_catalog.text, '"', '""') || '"."'
+       || pg_catalog.replace(c.relname::pg_catalog.text, '"', '""') || '"' AS name
+FROM pg_catalog.pg_locks l
+JOIN pg_catalog.pg_class c ON c.oid = l.relation
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock'
+  AND l.relation IN (SELECT rels.oid FROM rels)
+  AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                    WHERE d.datname = pg_catalog.current_database())
+ORDER BY 1
+"""
+
+
+async def lock_wait_error(
+    conn: asyncpg.Connection, oids: Collection[int], ms: int, names: tuple[str, ...] = ()
+) -> QueryTimeoutError | None:
+    """The error for a statement the call's timeout ended while it may have waited for a lock
+    on one of `oids`: which ones another session holds (a schema change, VACUUM FULL, an
+    explicit LOCK) is asked of pg_locks once the transaction is rolled back (its own wait
+    gone). None when none is held and no `names` were given (the statement was just slow)."""
+    try:
+        await conn.execute("ROLLBACK")
+        held = tuple(r["name"] for r in await conn.fetch(pin(_HOLDERS), sorted(oids)))
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        logger.debug("could not tell which lock a call waited for (%s)", _reason(exc))
+        held = ()
+    names = held or names
+    if not names:
+        return None
+    what = names[0] if len(names) == 1 else "one of " + ", ".join(names[:10])
+    return QueryTimeoutError(
+        f"Waited {ms} ms for a lock on {what}: another session holds a conflicting lock on it "
+        "(a schema change, VACUUM FULL or an explicit LOCK in an open transaction).",
+        suggestion="Try again once that session has committed or rolled back; an "
+        "administrator can find it in pg_locks / pg_stat_activity.",
+        context={"timeout_ms": ms, "waiting_for": "lock", "relations": list(names)},
+    )
+
+
+async def send_locks(
+    conn: asyncpg.Connection, sql: str, prelude: Prelude, timeout_ms: int | None
+) -> None:
+    """Send `sql`, which takes the prelude's locks: a wait past the call's timeout is an
+    error naming what it waited for; a relation gone, or no longer what the facts say (its
+    kind, or a privilege revoked through a role membership), loses the transaction, so the
+    call runs once more (Database.run) after the facts are read again."""
+    try:
+        await conn.execute(sql)
+    except asyncpg.QueryCanceledError:
+        if timeout_ms is None:
+            raise
+        error = await lock_wait_error(conn, prelude.locked, timeout_ms, prelude.names)
+        assert error is not None
+        raise error from None
+    except LOCK_FAILURES:
+        prelude.gone()
+        raise StatementChangedError(
+            "A relation the query reads was renamed or dropped since it was checked"
+        ) from None
+
+
+class StatementChangedError(InvalidSqlError):
+    """A prepared statement no longer fits its tables (a column added, dropped or retyped
+    since): `Database.run` runs the work once more, after the statement is prepared anew."""
+
+
+class Database:
+    """The pool plus the ways to use it: `run(work)` (with its retries), or the blocks
+    `read_only()` (SQL a caller wrote) and `session()` (our own constant statements)."""
+
+    def __init__(self, settings: DatabaseSettings, *, allow_privileged: bool = True) -> None:
+        """`allow_privileged=False` (MCP_ALLOW_PRIVILEGED_ROLE unset): a connection whose role
+        is a superuser or a member of a file or program role is refused (see audit.py)."""
+        self.settings = settings
+        self.allow_privileged = allow_privileged
+        # No pool_pre_ping: it would cost a round trip per call. A connection the server
+        # closed is seen as closed at checkout (see _checkout) and replaced.
+        self.engine: AsyncEngine = create_async_engine(
+            "postgresql+asyncpg://",
+            async_creator=self._connect,
+            pool_size=settings.pool_size,
+            max_overflow=0,
+            pool_timeout=settings.pool_timeout,
+            isolation_level="AUTOCOMMIT",
+        )
+        self._releasing: set[asyncio.Task[None]] = set()
+        self._session = _SESSION.format(ms=settings.statement_timeout)
+        self._reset = pin(_RESET.format(ms=settings.statement_timeout))
+        self._pooled_end = pin(_POOLED_END)
+        # True behind a transaction-mode pooler; None until the first connection tells (auto).
+        self.pooled: bool | None = {"session": False, "transaction": True}.get(settings.pool_mode)
+        self._detecting = asyncio.Lock()
+        # Connections that served a call before: one of those found dead may be retried.
+        self._used: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
+        self._statements: weakref.WeakKeyDictionary[
+            asyncpg.Connection, OrderedDict[str, asyncpg.prepared_stmt.PreparedStatement]
+        ] = weakref.WeakKeyDictionary()
+        self._raw_types: weakref.WeakSet[asyncpg.Connection] = weakref.WeakSet()
+
+    # --- connections --------------------------------------------------------------------
+
+    async def _open(self, pooled: bool) -> asyncpg.Connection:
+        return await connect(
+            self.settings,
+            # Behind a transaction pooler, named statements would outlive our transaction
+            # on a server connection others use: asyncpg then parses every statement unnamed.
+            statement_cache_size=0 if pooled else STATEMENT_CACHE,
+        )
+
+    async def _connect(self) -> asyncpg.Connection:
+        if self.pooled is None:
+            async with self._detecting:
+                if self.pooled is None:
+                    return await self._detect()
+        conn = await self._open(self.pooled)
+        try:
+            await self._setup(conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    async def _detect(self) -> asyncpg.Connection:
+        """PG_POOL_MODE=auto: a pooler in between hands out a backend pid of its own at
+        start-up, which differs from the one PostgreSQL reports."""
+        conn = await self._open(False)
+        try:
+            # Unnamed and inside a transaction, so that a transaction pooler keeps the Parse,
+            # Bind and Execute on one server connection and no statement is left behind.
+            async with conn.transaction(readonly=True):
+                probe = await conn.prepare(_DETECT, name="")
+                pid = await probe.fetchval()
+            self.pooled = pid != conn.get_server_pid()
+            if not self.pooled:
+                await self._setup(conn)
+                return conn
+        except BaseException:
+            conn.terminate()
+            raise
+        await conn.close()
+        logger.info(
+            "connected through a transaction pooler (PgBouncer or similar): every statement "
+            "runs in a read-only transaction of its own (set PG_POOL_MODE to skip this check)"
+        )
+        return await self._connect()
+
+    async def _setup(self, conn: asyncpg.Connection) -> None:
+        if not self.allow_privileged:
+            from pg_mcp_server.database.pool.audit import FILE_ROLES, privileges, refusal
+
+            row = await conn.fetchrow(pin(_PRIVILEGED), FILE_ROLES)
+            assert row is not None
+            found = privileges(row["role"], row["superuser"], row["file_roles"])
+            if found:
+                logger.error("%s", refusal(found).replace("refusing to start", "refused"))
+                raise PermissionDeniedError(
+                    f"The server's database role is privileged ({'; '.join(found)}): "
+                    "refused, one statement past the guard could run programs on the "
+                    "database host.",
+                    suggestion="Ask the operator to connect the server as a role that can "
+                    "only SELECT (or to set MCP_ALLOW_PRIVILEGED_ROLE=true).",
+                )
+        # Interval parameters are PostgreSQL text ("1 mon 2 days"): asyncpg's timedelta would
+        # fold months into 30 days.
+        await conn.set_type_codec(
+            "interval", schema="pg_catalog", encoder=str, decoder=str, format="text"
+        )
+        if not self.pooled:
+            await conn.execute(self._session)
+
+    async def describe(
+        self, conn: asyncpg.Connection, sql: str
+    ) -> asyncpg.prepared_stmt.PreparedStatement:
+        """`sql` prepared unnamed, for its parameter and result types (see _TEXT_ONLY)."""
+        try:
+            return await conn.prepare(sql, name="")
+        except asyncpg.UnsupportedClientFeatureError:
+            if conn in self._raw_types:
+                raise
+        self._raw_types.add(conn)
+        rows = await conn.fetch(pin(_EXTENSION_TYPES))
+        for name, schema in [(n, "pg_catalog") for n in _TEXT_ONLY] + [tuple(r) for r in rows]:
+            await conn.set_builtin_type_codec(name, schema=schema, codec_name="bytea")
+        return await conn.prepare(sql, name="")
+
+    def timeout_ms(self, requested: int | None = None) -> int:
+        """The caller may lower the server's statement timeout, never raise it."""
+        limit = self.settings.statement_timeout
+        if requested is None or requested <= 0:
+            return limit
+        return min(int(requested), limit)
+
+    async def _checkout(self) -> tuple[AsyncConnection, asyncpg.Connection]:
+        """A pooled connection. One the server has closed meanwhile (restart,
+        pg_terminate_backend, idle timeout), or one found inside a transaction, is discarded
+        and replaced."""
+        for _ in range(self.settings.pool_size + 1):
+            sa_conn = await self.engine.connect()
+            try:
+                raw = await sa_conn.get_raw_connection()
+                conn = raw.driver_connection
+            except Exception:
+                await _discard(sa_conn)
+                raise
+            assert isinstance(conn, asyncpg.Connection)
+            # A session still inside a transaction must never be handed out (_end rolls back
+            # before reuse; this is the backstop): it would hold its locks and stale now().
+            usable = not conn.is_closed() and not conn.is_in_transaction()
+            if usable and (not _probing.get() or await _answers(conn)):
+                return sa_conn, conn
+            logger.info(
+                "discarding a pooled connection %s",
+                "the server closed" if conn.is_closed() else "found inside a transaction",
+            )
+            await _discard(sa_conn)
+        raise DatabaseConnectionError("The database connection was lost or refused.")
+
+    # --- prepared statements ------------------------------------------------------------
+
+    async def prepare(
+        self, conn: asyncpg.Connection, sql: str
+    ) -> tuple[asyncpg.prepared_stmt.PreparedStatement, bool]:
+        """`sql` prepared on `conn`, and whether it was prepared just now; kept for its next use
+        (the last STATEMENT_CACHE of them): a repeated statement costs no Parse. Behind a
+        transaction pooler, parsed anew every time."""
+        if self.pooled:
+            return await conn.prepare(sql), True
+        cache = self._statements.setdefault(conn, OrderedDict())
+        stmt = cache.get(sql)
+        if stmt is not None:
+            cache.move_to_end(sql)
+            return stmt, False
+        stmt = cache[sql] = await conn.prepare(sql)
+        if len(cache) > STATEMENT_CACHE:
+            cache.popitem(last=False)  # asyncpg closes it once nothing refers to it
+        return stmt, True
+
+    def forget(self, sql: str) -> None:
+        """Drop a statement that no longer fits its tables, on every connection (see
+        StatementChangedError)."""
+        for cache in self._statements.values():
+            cache.pop(sql, None)
+
+    # --- using a connection -------------------------------------------------------------
+
+    @asynccontextmanager
+    async def read_only(
+        self,
+        timeout_ms: int | None = None,
+        *,
+        explicit: bool = False,
+        prelude: Prelude | None = None,
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for SQL a caller wrote: each statement read-only under the
+        statement timeout (the caller's, when lower), nothing ever committed. `explicit`: in
+        one `BEGIN READ ONLY` transaction, always rolled back (what the guard checks and
+        what it locks hold until the statement ends; a NOTIFY is never delivered), with
+        `prelude` sent in BEGIN's message."""
+        ms = self.timeout_ms(timeout_ms)
+        begin = explicit or ms < self.settings.statement_timeout
+        async with self._use(ms, begin, prelude) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled read-only session for our own constant statements (catalog reads with
+        bound parameters), each its own read-only transaction under the server's timeout.
+        Never for SQL a caller wrote: use `read_only()`."""
+        async with self._use(self.settings.statement_timeout, False) as conn:
+            yield conn
+
+    async def run(
+        self,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        timeout_ms: int | None = None,
+        *,
+        own: bool = False,
+        explicit: bool = False,
+        prelude: Callable[[], Prelude | None] | None = None,
+    ) -> T:
+        """`work(conn)` in `read_only(timeout_ms, explicit=..., prelude=prelude())` (`own`: in
+        `session()`), run once more on
+        another connection when the first turned out to be dead, or in a new transaction when
+        a prepared statement no longer fits its tables. Every tool only reads, so running it
+        again is safe. The one place calls are retried."""
+        probing = None
+        try:
+            for attempt in (1, 2):
+                use = (
+                    self.session()
+                    if own
+                    else self.read_only(
+                        timeout_ms, explicit=explicit, prelude=prelude() if prelude else None
+                    )
+                )
+                try:
+                    async with use as conn:
+                        return await work(conn)
+                except (ConnectionLostError, StatementChangedError) as exc:
+                    if attempt == 2:
+                        raise
+                    logger.info("%s; running the call again", exc.message)
+                    if isinstance(exc, ConnectionLostError):
+                        # What closed one session (a restart, an administrator terminating
+                        # the server's sessions) has usually closed the pooled others too,
+                        # and the driver may not have read their end yet: probe them.
+                        probing = _probing.set(True)
+            raise AssertionError("unreachable")
+        finally:
+            if probing is not None:
+                _probing.reset(probing)
+
+    @asynccontextmanager
+    async def _use(
+        self, ms: int, begin: bool, prelude: Prelude | None = None
+    ) -> AsyncIterator[asyncpg.Connection]:
+        """Check out, begin if asked (always behind a transaction pooler), map failures to
+        PgMcpErrors, and release in the background."""
+        try:
+            sa_conn, conn = await self._checkout()
+        except Exception as exc:
+            raise _mapped(exc, ms) from None
+        explicit = begin or bool(self.pooled) or prelude is not None
+        transaction = _transaction.set(Transaction(conn, ms) if explicit else None)
+        reused = conn in self._used
+        self._used.add(conn)
+        backends = None if self.pooled else request_backends.get()
+        pid = conn.get_server_pid()
+        if backends is not None:
+            backends.add(pid)
+        try:
+            if explicit:
+                await self._begin(conn, ms, prelude)
+            yield conn
+        except PgMcpError:
+            raise
+        except Exception as exc:
+            mapped = _mapped(exc, ms)
+            if isinstance(mapped, DatabaseConnectionError) and conn.is_closed() and reused:
+                raise ConnectionLostError(
+                    "A pooled database connection had been closed by the server"
+                ) from None
+            raise mapped from None
+        finally:
+            _transaction.reset(transaction)
+            if backends is not None:
+                backends.discard(pid)
+            self._release(sa_conn, conn, explicit)
+
+    async def _begin(self, conn: asyncpg.Connection, ms: int, prelude: Prelude | None) -> None:
+        """BEGIN READ ONLY with the call's timeout, and the prelude in the same message: its
+        lock waits end with the call's timeout, as an error naming what it waited for."""
+        if prelude is None or not prelude.sql:
+            await conn.execute(_BEGIN.format(ms=ms))
+            return
+        await send_locks(conn, f"{_BEGIN.format(ms=ms)}; {prelude.sql}", prelude, ms)
+        found = transaction_of(conn)
+        assert found is not None
+        found.locked.update(prelude.locked)
+        found.search_path = prelude.search_path
+
+    def _release(self, sa_conn: AsyncConnection, conn: asyncpg.Connection, began: bool) -> None:
+        """Roll back and reset in the background: the caller has its answer already, and a
+        cancelled call cannot interrupt the clean-up. dispose() waits for what is pending."""
+        if conn in self._raw_types:
+            end = _discard(sa_conn)
+        elif self.pooled:
+            # Outside a transaction (a custom write tool committed), there is nothing left
+            # here to clear: the next statement may reach another server connection.
+            end = _end(sa_conn, conn, self._pooled_end if conn.is_in_transaction() else "")
+        else:
+            rollback = "ROLLBACK; " if began or conn.is_in_transaction() else ""
+            end = _end(sa_conn, conn, rollback + self._reset)
+        task = asyncio.get_running_loop().create_task(end)
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def cancel(self, backends: set[int]) -> None:
+        """Cancel what these backends are running (a role may always cancel its own)."""
+        if backends and not self.pooled:
+            async with self.session() as conn:
+                await conn.execute(
+                    pin("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid"),
+                    sorted(backends),
+                )
+
+    async def ping(self) -> None:
+        async with self.session() as conn:
+            await conn.fetchval("SELECT 1")
+
+    async def dispose(self) -> None:
+        if self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
+        await self.engine.dispose()
+
+
+# Class 22 errors of arithmetic, never of a value's text: division by zero, overflow of a
+# computed number, a bad argument to a function such as log or power.
+_COMPUTED = frozenset({"22012", "22003", "2201E", "2201F", "22023"})
+
+
+def _mapped(exc: Exception, ms: int) -> Exception:
+    if isinstance(exc, PgMcpError):
+        return exc
+    return translate(exc, timeout_ms=ms) or exc
+
+
+def _reason(exc: BaseException) -> str:
+    """One short line about a routine failure (no traceback, nothing from a DSN)."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return f"{type(exc).__name__}: {(exc.message or '')[:200]}"
+    return type(exc).__name__
+
+
+async def _end(sa_conn: AsyncConnection, conn: asyncpg.Connection, sql: str) -> None:
+    """Roll back, reset the session and return it to the pool; one that cannot be reset
+    (lost, or cancelled mid-statement) is discarded. asyncpg waits for a cancelled statement's
+    answer before it sends this."""
+    try:
+        if not conn.is_closed():
+            if sql:
+                await conn.execute(sql)
+            await sa_conn.close()
+            return
+        logger.info("discarding a pooled connection the server closed")
+    except Exception as exc:
+        logger.info("discarding a pooled connection that could not be reset (%s)", _reason(exc))
+    await _discard(sa_conn)
+
+
+# Set for a call run again after a lost connection (Database.run): its checkout probes each
+# pooled session with a round trip before handing it out.
+_probing: ContextVar[bool] = ContextVar("probing", default=False)
+
+
+async def _answers(conn: asyncpg.Connection) -> bool:
+    try:
+        await conn.fetchval("SELECT 1")
+    except Exception:
+        return False
+    return True
+
+
+async def _discard(sa_conn: AsyncConnection) -> None:
+    """Drop a connection from the pool; closing a broken one must not raise in turn."""
+    try:
+        await sa_conn.invalidate()
+        await sa_conn.close()
+    except Exception as exc:
+        logger.debug("closing a broken connection raised %s", _reason(exc))
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception, what SQLAlchemy wrapped (`orig`) and the causes, in order."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop(0)
+        if item is None or item in seen:
+            continue
+        seen.append(item)
+        todo += [getattr(item, "orig", None), item.__cause__, item.__context__]
+    return seen
+
+
+def pg_context(err: asyncpg.PostgresError) -> dict[str, Any]:
+    ctx: dict[str, Any] = {"sqlstate": err.sqlstate}
+    for key in ("detail", "hint", "position"):
+        value = getattr(err, key, None)
+        if value:
+            ctx[key] = value
+    return ctx
+
+
+def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpError | None:
+    """Map a driver, pool or network failure to its PRD error; None if it is none of those.
+
+    Messages are written here, not copied from connection errors, so no DSN, host list or
+    password can leak; PostgreSQL's own messages about a statement are passed on.
+    """
+    chain = _chain(exc)
+    for err in chain:
+        if isinstance(err, PgMcpError):  # already ours (database/pool/connect.py)
+            return err
+        if isinstance(err, sqlalchemy.exc.TimeoutError):
+            return DatabaseConnectionError(
+                "No database connection became free in time: the pool is busy.",
+                suggestion="Retry shortly, or raise PG_POOL_SIZE / PG_POOL_TIMEOUT.",
+            )
+        if isinstance(err, asyncpg.QueryCanceledError):
+            return QueryTimeoutError(
+                f"The statement was cancelled after {timeout_ms} ms (statement timeout)."
+                if timeout_ms
+                else "The statement was cancelled.",
+                context={"timeout_ms": timeout_ms} if timeout_ms else None,
+            )
+        if isinstance(err, asyncpg.InvalidAuthorizationSpecificationError):
+            return DatabaseConnectionError(
+                "The database rejected the credentials.",
+                suggestion="Check the user and password: PG_PASSWORD, when set, wins over a "
+                "password in PG_DSN; without either, libpq's ~/.pgpass applies. The start-up "
+                "log line 'cannot reach PostgreSQL' says which one was used.",
+            )
+        if isinstance(err, asyncpg.InvalidCatalogNameError):
+            return DatabaseConnectionError(
+                "The configured database does not exist.",
+                suggestion="Check PG_DATABASE (or the database in the DSN).",
+            )
+        if (isinstance(err, asyncpg.InterfaceError) and isinstance(err, ValueError)) or (
+            isinstance(err, asyncpg.DataError) and err.message is None
+        ):
+            # The driver's own: a bound value it could not encode, before anything was sent
+            # (raised as a DataError without a server message, or as an InterfaceError).
+            # A DataError PostgreSQL sent, with its message, is class 22, below.
+            return ParameterError(
+                f"A parameter value does not fit its type: {err}",
+                suggestion="Check each value in `params` against its $n placeholder's type.",
+            )
+        if isinstance(err, asyncpg.DataError) and (
+            err.position is not None or err.sqlstate in _COMPUTED
+        ):
+            # PostgreSQL's class 22 about the statement's text (a literal it points at) or its
+            # arithmetic: not a parameter's fault.
+            return InvalidSqlError(
+                err.message,
+                suggestion="A value could not be converted or computed: check the literals, "
+                "casts and arithmetic in the query.",
+                context=pg_context(err),
+            )
+        if isinstance(err, asyncpg.DataError):
+            # Class 22 with no position in the text: a bound value PostgreSQL could not take
+            # (one sent as text, such as an enum label), or a value a column held.
+            return ParameterError(
+                f"PostgreSQL could not take a value: {err.message}",
+                suggestion="Check each value in `params` against its $n placeholder's type "
+                "(an enum takes only its labels).",
+                context=pg_context(err),
+            )
+        if isinstance(err, asyncpg.InternalClientError) and "resolve query result" in str(err):
+            # The driver cannot describe a result of a pseudo-type it cannot decode (anyarray:
+            # pg_stats.histogram_bounds, most_common_vals); nothing is wrong with the link.
+            return InvalidSqlError(
+                "The database driver cannot read a column of this query's result (a column of "
+                "type anyarray, such as pg_stats.histogram_bounds, has no type it can decode).",
+                suggestion="Cast that column to text, e.g. histogram_bounds::text.",
+            )
+        if isinstance(
+            err,
+            asyncpg.PostgresConnectionError
+            | asyncpg.OperatorInterventionError
+            | asyncpg.TooManyConnectionsError
+            | asyncpg.InternalClientError,
+        ) or (isinstance(err, asyncpg.InterfaceError) and "connection" in str(err).lower()):
+            return DatabaseConnectionError("The database connection was lost or refused.")
+        if isinstance(err, asyncpg.IndeterminateDatatypeError):
+            return ParameterError(
+                f"{err.message}: every $n up to the highest must be used in the query.",
+                suggestion="Number placeholders $1, $2, ... without gaps, or add a cast "
+                "such as $1::int where the type cannot be inferred.",
+                context=pg_context(err),
+            )
+        if isinstance(err, asyncpg.InsufficientPrivilegeError):
+            return PermissionDeniedError(err.message, context=pg_context(err))
+        if isinstance(err, asyncpg.ReadOnlySQLTransactionError):
+            return WriteOperationDeniedError(
+                f"PostgreSQL refused a write in the read-only transaction: {err.message}",
+                context=pg_context(err),
+            )
+        if isinstance(err, asyncpg.UndefinedColumnError):
+            return ColumnNotFoundError(err.message, context=pg_context(err))
+        if isinstance(err, asyncpg.UndefinedTableError):
+            return TableNotFoundError(err.message, context=pg_context(err))
+        if isinstance(err, asyncpg.PostgresError):
+            return InvalidSqlError(err.message or str(err), context=pg_context(err))
+    for err in chain:
+        if isinstance(err, socket.gaierror):
+            return DatabaseConnectionError("The database host name could not be resolved.")
+        if isinstance(err, ConnectionRefusedError):
+            return DatabaseConnectionError("The database refused the connection (is it running?).")
+        if isinstance(err, TimeoutError):
+            return DatabaseConnectionError("Connecting to the database timed out.")
+        if isinstance(err, OSError | sqlalchemy.exc.DBAPIError):
+            return DatabaseConnectionError("The database could not be reached.")
+    return None

@@ -1,0 +1,328 @@
+"""How a query runs: guard, describe, wrap, bind, one round trip, JSON from PostgreSQL.
+
+1. The guard checks the caller's SQL (rewrite.py works only on what it let through).
+2. The statement is described once (parameter types, column names and types); that shape is
+   kept per SQL text (`Shapes`), so repeated SQL is not described again.
+3. It runs inside the wrapper statement (rewrite.py): PostgreSQL returns one row holding the
+   rows' JSON, cut at the row limit and the byte cap, and whether more rows exist. The wrapper
+   is prepared once per connection (`Database.prepare`): a repeated query is one Bind/Execute,
+   one round trip, on a warm connection.
+4. When a table changed under a kept shape or statement, PostgreSQL says so (the wrapper's
+   typed columns and sentinel, see rewrite.py); both are dropped and `Database.run` runs the
+   call again.
+
+Parameters are bound by the driver as the types PostgreSQL inferred (params.py), never spliced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from pglast import ast
+
+from pg_mcp_server.database.guard.gate import SqlGuard
+from pg_mcp_server.database.pool.engine import Database, StatementChangedError, translate
+from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
+from pg_mcp_server.database.rows.params import bind
+from pg_mcp_server.database.sql import tree as sqltree
+from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError, QueryTimeoutError
+
+SHAPES = 512  # statements whose shape is kept (a few KB each) ...
+SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
+# Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement because
+# the number of its columns changed: the sentinel is ambiguous, or the alias list too long.
+_CHANGED = {"42702", "42P10"}
+
+
+def query_hash(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Shape:
+    """What describing a statement told: its tree and columns, and the wrappers made for it."""
+
+    tree: ast.SelectStmt
+    columns: tuple[values.Column, ...]
+    # It reads a sensitive source (redaction.py): its errors are scrubbed of values.
+    reads_sensitive: bool = False
+    generation: int | None = None  # of the relation facts its redaction was decided on
+    wrappers: dict[tuple[int, int, int | None], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The type of each typed NULL of a wrapper (the column's, or its element type), and
+        # the columns as the answer shows them, made once.
+        self.typed_nulls = {
+            f"t{i}": c.base.removesuffix("[]")
+            for i, c in enumerate(self.columns, start=1)
+            if c.typed
+        }
+        self.columns_json = json.dumps(
+            [{"name": c.name, "data_type": c.data_type} for c in self.columns],
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    def matches(self, attributes: Sequence[Any]) -> bool:
+        """Whether a wrapper prepared just now has these columns' types (its typed NULLs):
+        another connection may have seen a table change and described it anew, this one not."""
+        return all(self.typed_nulls.get(a.name, a.type.name) == a.type.name for a in attributes)
+
+    def wrapper(self, limit: int, max_bytes: int, max_text: int | None) -> str:
+        key = (limit, max_bytes, max_text)
+        sql = self.wrappers.get(key)
+        if sql is None:
+            names = [c.name for c in self.columns]
+            cell = values.cells(self.columns, max_text=max_text)
+            typed = [i for i, c in enumerate(self.columns, start=1) if c.typed]
+            built = rewrite.build(
+                self.tree, names, cell, typed=typed, limit=limit, max_bytes=max_bytes
+            )
+            sql = self.wrappers[key] = built.sql
+        return sql
+
+
+class Shapes:
+    """Shapes by SQL text, most recently used kept (one per server: sessions are alike)."""
+
+    def __init__(self, size: int = SHAPES) -> None:
+        self._size = size
+        self._items: OrderedDict[str, Shape] = OrderedDict()
+        self.facts = redaction.Facts()
+
+    def get(self, sql: str) -> Shape | None:
+        shape = self._items.get(sql)
+        if shape is not None:
+            self._items.move_to_end(sql)
+        return shape
+
+    def put(self, sql: str, shape: Shape) -> None:
+        if len(sql) > SHAPE_SQL_CHARS:
+            return  # described again each time, rather than holding megabytes of trees
+        self._items[sql] = shape
+        if len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def drop(self, sql: str) -> None:
+        self._items.pop(sql, None)
+
+
+@dataclass
+class Rows:
+    shape: Shape
+    rows: list[list[Any]]
+    rows_json: str  # the same rows as compact JSON text, made by PostgreSQL
+    read: int  # rows PostgreSQL produced, at most limit + 1
+    cut_by_size: bool
+
+    @property
+    def columns(self) -> tuple[values.Column, ...]:
+        return self.shape.columns
+
+    @property
+    def has_more(self) -> bool:
+        return self.read > len(self.rows)
+
+
+async def fetch_rows(
+    conn: asyncpg.Connection,
+    db: Database,
+    shapes: Shapes,
+    sql: str,
+    params: Sequence[Any] | None,
+    *,
+    limit: int,
+    max_bytes: int,
+    sensitive: re.Pattern[str] | None,
+    max_text: int | None = None,
+    generation: int | None = None,
+) -> Rows:
+    """At most `limit` rows of `sql` (already guarded) whose JSON fits in `max_bytes`.
+    `generation` moves when a relation the statement reads may have changed (the guard's
+    relation facts): which columns are redacted is then decided again."""
+    shapes.facts.renew(generation)
+    shape = shapes.get(sql)
+    if shape is None or shape.generation != generation:
+        tree = rewrite.parse(sql) if shape is None else shape.tree
+        attributes = (
+            (await db.describe(conn, sql)).get_attributes()
+            if shape is None
+            else [_Named(c.name) for c in shape.columns]
+        )
+        verdict = await _redaction(conn, shapes.facts, sql, attributes, sensitive)
+        columns = (
+            values.columns_of(attributes, verdict.redacted)
+            if shape is None
+            else tuple(
+                dataclasses.replace(c, redacted=r)
+                for c, r in zip(shape.columns, verdict.redacted, strict=True)
+            )
+        )
+        shape = Shape(tree, columns, verdict.reads_sensitive, generation)
+        shapes.put(sql, shape)
+    wrapper = shape.wrapper(limit, max_bytes, max_text)
+    try:
+        stmt, fresh = await db.prepare(conn, wrapper)
+        if fresh and not shape.matches(stmt.get_attributes()):
+            raise _Changed
+        row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
+    except (asyncpg.PostgresError, _Changed) as exc:
+        if isinstance(exc, asyncpg.PostgresError) and not _ours(exc):
+            clean = scrubbed(exc) if shape.reads_sensitive else None
+            if clean is not None:
+                raise clean from None
+            raise
+        shapes.drop(sql)
+        db.forget(wrapper)
+        raise StatementChangedError(
+            "A table the query reads changed since the query was described"
+        ) from None
+    assert row is not None
+    text = "[" + (row["rows"] or "") + "]"
+    rows: list[list[Any]] = json.loads(text)
+    read = int(row["total"])
+    return Rows(
+        shape=shape,
+        rows=rows,
+        rows_json=text,
+        read=read,
+        cut_by_size=len(rows) < min(read, limit),
+    )
+
+
+@dataclass(frozen=True)
+class _Named:
+    name: str
+
+
+async def _redaction(
+    conn: asyncpg.Connection,
+    facts: redaction.Facts,
+    sql: str,
+    attributes: Sequence[Any] | None,
+    sensitive: re.Pattern[str] | None,
+) -> lineage.Verdict:
+    tree = sqltree.parse(sql)
+    assert tree is not None  # the guard parsed it
+    await facts.read(conn, tree)
+    names = None if attributes is None else [a.name for a in attributes]
+    return lineage.judge(tree, names, sensitive, facts)
+
+
+async def judge_hidden(
+    conn: asyncpg.Connection,
+    shapes: Shapes,
+    sql: str,
+    sensitive: re.Pattern[str] | None,
+    generation: int | None,
+) -> bool:
+    """For a statement whose rows are not shown (explain_query): refuse a use of a sensitive
+    value that the plan (row counts, an error) would tell; whether it reads one."""
+    shapes.facts.renew(generation)
+    known = shapes.facts.hidden.get(sql)  # refusals raise, so only passes are kept
+    if known is None:
+        verdict = await _redaction(conn, shapes.facts, sql, None, sensitive)
+        known = verdict.reads_sensitive
+        if len(sql) <= SHAPE_SQL_CHARS:
+            if len(shapes.facts.hidden) >= SHAPES:
+                shapes.facts.hidden.pop(next(iter(shapes.facts.hidden)))
+            shapes.facts.hidden[sql] = known
+    return known
+
+
+def scrubbed(exc: asyncpg.PostgresError) -> PgMcpError | None:
+    """The error of a statement that reads a sensitive source, without the values PostgreSQL
+    quotes in it (`invalid input syntax for type integer: "<the value>"`) or its detail and
+    hint, which may quote them too; None for errors that tell nothing of a value."""
+    mapped = translate(exc)
+    if mapped is None or isinstance(mapped, DatabaseConnectionError | QueryTimeoutError):
+        return None
+    context = {k: v for k, v in (mapped.context or {}).items() if k in ("sqlstate", "position")}
+    clean: PgMcpError = type(mapped)(
+        redaction.scrub(mapped.message, exc.sqlstate),
+        suggestion=mapped.suggestion,
+        context=context or None,
+    )
+    return clean
+
+
+class _Changed(Exception):
+    """A freshly prepared wrapper's typed NULLs disagree with the kept shape."""
+
+
+def _ours(exc: asyncpg.PostgresError) -> bool:
+    """An error about the wrapper rather than the caller's SQL, which was described already: a
+    column's type changed (the cached plan's result type), or their number (the sentinel is
+    ambiguous, or the alias list too long). A caller's statement that a change broke gets
+    these too; it is described again, and fails there with its own error."""
+    return isinstance(exc, asyncpg.InvalidCachedStatementError) or exc.sqlstate in _CHANGED
+
+
+@dataclass
+class QueryResult:
+    columns: tuple[values.Column, ...]
+    columns_json: str
+    rows: list[list[Any]]
+    rows_json: str
+    has_more: bool
+    elapsed_ms: float
+    notes: list[str] = field(default_factory=list)
+
+
+async def run_query(
+    conn: asyncpg.Connection,
+    db: Database,
+    shapes: Shapes,
+    guard: SqlGuard,
+    sql: str,
+    params: list[Any] | None,
+    *,
+    limit: int,
+    max_bytes: int,
+    sensitive: re.Pattern[str] | None,
+) -> QueryResult:
+    run = await guard.check(sql, conn)  # (names qualified where its path needs it)
+    started = time.perf_counter()
+    result = await fetch_rows(
+        conn,
+        db,
+        shapes,
+        run,
+        params,
+        limit=limit,
+        max_bytes=max_bytes,
+        sensitive=sensitive,
+        generation=guard.state.relations.generation,
+    )
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    notes: list[str] = []
+    if result.read > limit:
+        notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
+    if result.cut_by_size:
+        cut = (
+            f"cut after {len(result.rows)} rows at"
+            if result.rows
+            else "the first row alone is over"
+        )
+        notes.append(f"{cut} the {max_bytes}-byte result limit; select fewer columns or rows")
+    redacted = values.redacted_names(result.columns, result.rows)
+    if redacted:
+        notes.append("redacted sensitive columns: " + ", ".join(redacted))
+    return QueryResult(
+        columns=result.columns,
+        columns_json=result.shape.columns_json,
+        rows=result.rows,
+        rows_json=result.rows_json,
+        has_more=result.has_more,
+        elapsed_ms=elapsed_ms,
+        notes=notes,
+    )

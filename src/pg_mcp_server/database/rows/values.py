@@ -1,0 +1,186 @@
+"""How a column's values become JSON, for every tool that returns rows (PRD 8.4).
+
+PostgreSQL makes the JSON (`to_json`, see rewrite.py), so every type it can return has a form:
+numbers and booleans as JSON, json/jsonb as themselves, arrays as lists, records, composites and
+whole-row references as objects (anonymous records with keys f1, f2, ...), types with a cast to
+json (hstore, PostGIS geometry) through it, and everything else (timestamps in ISO 8601,
+intervals, ranges, geometric types, money, bit strings, tsvector, xml, types the server knows and
+we do not) as PostgreSQL's text form in a JSON string. On top of `to_json`:
+
+- numeric is a JSON number only while a double holds it exactly (else a string: JSON readers
+  parse numbers as doubles), and NaN / Infinity are strings;
+- bytea is base64 (`to_json` would give PostgreSQL's hex text);
+- sensitive columns (database/rows/redaction.py) come back as "[REDACTED]" without their values
+  leaving PostgreSQL;
+- get_sample_rows cuts long text at `max_text` characters.
+
+Each column's expression is chosen once per statement from the type PostgreSQL reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+REDACTED = "[REDACTED]"
+CUT_MARKS = (" more characters]", " more bytes]")
+
+_TEXTUAL = frozenset({"text", "varchar", "xml", "tsvector", "tsquery", "citext"})
+
+# Readable names for the types the driver reports by their internal names.
+_TYPE_NAMES = {
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "bool": "boolean",
+    "bpchar": "character",
+}
+
+
+def type_name(typ: Any) -> str:
+    """A readable, schema-qualified (outside pg_catalog) name for an asyncpg `Type`."""
+    name: str = typ.name
+    suffix = ""
+    while name.endswith("[]"):  # asyncpg names arrays by their element: "int4[]"
+        name, suffix = name[:-2], suffix + "[]"
+    base = _TYPE_NAMES.get(name, name)
+    schema = getattr(typ, "schema", None) or "pg_catalog"
+    return (base if schema == "pg_catalog" else f"{schema}.{base}") + suffix
+
+
+# pg_catalog types without an array type (pseudo-types, planner statistics types).
+_NO_ARRAY = frozenset(
+    [
+        "_record",
+        "any",
+        "anyarray",
+        "anycompatible",
+        "anycompatiblearray",
+        "anycompatiblemultirange",
+        "anycompatiblenonarray",
+        "anycompatiblerange",
+        "anyelement",
+        "anyenum",
+        "anymultirange",
+        "anynonarray",
+        "anyrange",
+        "event_trigger",
+        "fdw_handler",
+        "index_am_handler",
+        "internal",
+        "language_handler",
+        "pg_brin_bloom_summary",
+        "pg_brin_minmax_multi_summary",
+        "pg_ddl_command",
+        "pg_dependencies",
+        "pg_mcv_list",
+        "pg_ndistinct",
+        "pg_node_tree",
+        "table_am_handler",
+        "trigger",
+        "tsm_handler",
+        "unknown",
+        "void",
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str  # as shown to the caller (type_name)
+    base: str  # the driver's name for the type, "int4", "text[]", ...
+    kind: str  # the driver's: scalar, array, composite, range, ...
+    builtin: bool  # a pg_catalog type
+    redacted: bool = False
+
+    @property
+    def typed(self) -> bool:
+        """Whether the wrapper can carry a NULL of this type (through array_agg), so that
+        PostgreSQL notices when the column's type changes (see rewrite.py): not for composites
+        (nor arrays that may be of composites), which the driver would have to describe, nor
+        types without arrays."""
+        if self.kind == "composite" or (self.kind == "array" and not self.builtin):
+            return False
+        return not (self.builtin and self.base in _NO_ARRAY)
+
+
+def _json(expr: str) -> str:
+    return f"pg_catalog.to_json({expr})::pg_catalog.text"
+
+
+def _cut(text: str, max_text: int) -> str:
+    """`text` (an expression of type text) as JSON, cut after `max_text` characters with a mark
+    saying how many more there were (octet_length first: it needs no detoasting)."""
+    more = f"'... [' || (pg_catalog.length({text}) - {max_text}) || ' more characters]'"
+    return (
+        f"CASE WHEN pg_catalog.octet_length({text}) <= {max_text} THEN {_json(text)} "
+        f"WHEN pg_catalog.length({text}) > {max_text} "
+        f"THEN {_json(f'pg_catalog.left({text}, {max_text}) || {more}')} ELSE {_json(text)} END"
+    )
+
+
+def _base64(ref: str) -> str:
+    return f"pg_catalog.replace(pg_catalog.encode({ref}, 'base64'), E'\\n', '')"
+
+
+def cell(column: Column, ref: str, *, max_text: int | None = None) -> str:
+    """The SQL expression turning `ref` (a column of `column`'s type) into its JSON text."""
+    if column.redacted:
+        return f"CASE WHEN {ref} IS NULL THEN NULL ELSE '\"{REDACTED}\"' END"
+    if column.builtin and column.base == "bytea":
+        if not max_text:
+            return _json(_base64(ref))
+        # Cut the bytes, then encode what is left: base64 of max_text characters at most.
+        keep = max_text * 3 // 4
+        more = f"'... [' || (pg_catalog.octet_length({ref}) - {keep}) || ' more bytes]'"
+        cut = f"{_base64(f'pg_catalog.substring({ref}, 1, {keep})')} || {more}"
+        return (
+            f"CASE WHEN pg_catalog.octet_length({ref}) > {keep} THEN {_json(cut)} "
+            f"ELSE {_json(_base64(ref))} END"
+        )
+    if column.builtin and column.base == "numeric":
+        # abs(NaN) and the infinities sort above 1e300; the cast to double would overflow there.
+        return (
+            f"CASE WHEN pg_catalog.abs({ref}) >= 1e300 THEN {_json(f'{ref}::pg_catalog.text')} "
+            f"WHEN {ref} = {ref}::pg_catalog.float8::pg_catalog.numeric THEN {_json(ref)} "
+            f"ELSE {_json(f'{ref}::pg_catalog.text')} END"
+        )
+    if max_text and column.base in _TEXTUAL:
+        return _cut(ref if column.base == "text" else f"({ref})::pg_catalog.text", max_text)
+    return _json(ref)
+
+
+def cells(columns: Sequence[Column], *, max_text: int | None = None) -> Callable[[int], str]:
+    """`cell` for the wrapper's column i (1-based, `s.c<i>`)."""
+    return lambda i: cell(columns[i - 1], f"s.c{i}", max_text=max_text)
+
+
+def columns_of(attributes: Sequence[Any], redacted: Sequence[bool]) -> tuple[Column, ...]:
+    """Columns from a prepared statement's asyncpg `Attribute`s, redacted where
+    `redacted` (database/rows/redaction.py) says so."""
+    return tuple(
+        Column(
+            name=a.name,
+            data_type=type_name(a.type),
+            base=a.type.name,
+            kind=a.type.kind,
+            builtin=(getattr(a.type, "schema", None) or "pg_catalog") == "pg_catalog",
+            redacted=r,
+        )
+        for a, r in zip(attributes, redacted, strict=True)
+    )
+
+
+def redacted_names(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """The sensitive columns that held a value in these rows (NULL is not worth redacting)."""
+    return [
+        c.name for i, c in enumerate(columns) if c.redacted and any(r[i] is not None for r in rows)
+    ]
+
+
+def any_cut(rows: Sequence[Sequence[Any]]) -> bool:
+    return any(isinstance(v, str) and v.endswith(CUT_MARKS) for row in rows for v in row)
