@@ -16,6 +16,7 @@ import anyio
 import asyncpg
 import pytest
 import pytest_asyncio
+from eventually import eventually
 from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
@@ -202,11 +203,11 @@ async def test_cancelled_call_cancels_the_backend_query(qdsn: str) -> None:
     async with connect(qdsn) as client:
         with anyio.move_on_after(1.0):
             await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
-        for _ in range(40):
-            if not await _backends(qdsn, "active"):
-                break
-            await asyncio.sleep(0.1)
-        assert await _backends(qdsn, "active") == []
+
+        async def cancelled() -> bool:
+            return not await _backends(qdsn, "active")
+
+        await eventually(cancelled, what="no active backend left", seconds=4)
         assert (await call(client, "execute_query", sql="SELECT 2 AS x"))["rows"] == [[2]]
 
 
