@@ -10,13 +10,13 @@ of it, and `burnt_xids()` finds transaction IDs that a rolled-back transaction c
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
+from eventually import eventually
 
 # {role}: the planter's role name (roles are cluster-wide: unique per run).
 PLANT = """
@@ -363,14 +363,15 @@ async def next_xid_when_idle(dsn: str) -> int:
     rolled-back transactions are over), so that all XIDs below it are decided."""
     conn = await asyncpg.connect(dsn)
     try:
-        for _ in range(500):
+
+        async def idle() -> bool:
             busy = await conn.fetchval(
                 "SELECT count(*) FROM pg_catalog.pg_stat_activity "
                 "WHERE application_name = 'pg-mcp-server' AND state <> 'idle'"
             )
-            if not busy:
-                break
-            await asyncio.sleep(0.01)
+            return not busy
+
+        await eventually(idle, what="the server's sessions idle", seconds=5, interval=0.01)
         value: int = await conn.fetchval(NEXT_XID)
         return value
     finally:

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,15 +51,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     env["MCP_ALLOW_PRIVILEGED_ROLE"] = "true"
     env.update(extra)
     return env
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval)
-    return True
 
 
 def gone(pid: int) -> bool:

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import httpx2 as httpx
 import psutil
 import pytest
 from customdefs import write
+from eventually import eventually
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
 from serverproc import clean_env
@@ -61,13 +62,6 @@ TWO_TOOLS = TWO.replace(
     sql: SELECT count(*) AS orders FROM orders
 """,
 )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 15.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, "the condition never came true"
-        await asyncio.sleep(0.05)
 
 
 def replace(path: Path, text: str) -> None:

@@ -3,12 +3,12 @@ once whatever the format, and the text plan written from the JSON one is Postgre
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
+from eventually import eventually
 from mcpclient import call, connect, execute, fetch
 from pgbed import PgServer
 
@@ -38,12 +38,12 @@ async def _calls(dsn: str) -> int:
 
 async def _settled_calls(dsn: str, at_least: int) -> int:
     """The count once it has reached `at_least` (statistics arrive within about a second)."""
-    for _ in range(200):
+
+    async def reached() -> int:
         count = await _calls(dsn)
-        if count >= at_least:
-            return count
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"statistics never reached {at_least} calls")
+        return count if count >= at_least else 0
+
+    return await eventually(reached, what=f"statistics of {at_least} calls")
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "yaml"])

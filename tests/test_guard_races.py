@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from eventually import eventually
 from mcp import Client, MCPError
 from mcpclient import call, call_error, execute, fetch, records
 from pgbed import PgServer
@@ -147,17 +148,19 @@ async def server(dsn: str, trusted: str, **database: Any) -> AsyncIterator[Clien
 
 async def wait_for_lock_wait(admin: str, database: str) -> None:
     """Until the server's backend waits on a heavyweight lock: the race window is entered."""
-    for _ in range(1000):
+
+    async def waiting() -> bool:
         rows = await fetch(
             admin,
             "SELECT 1 FROM pg_catalog.pg_stat_activity WHERE datname = $1 "
             "AND application_name = 'pg-mcp-server' AND wait_event_type = 'Lock'",
             database,
         )
-        if rows:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the server's call never waited on the attacker's lock")
+        return bool(rows)
+
+    await eventually(
+        waiting, what="the server's call waiting on the attacker's lock", interval=0.01
+    )
 
 
 async def held_while(

@@ -20,6 +20,7 @@ import httpx2 as httpx
 import psutil
 import pytest
 import pytest_asyncio
+from eventually import eventually, wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpclient import call, call_error, fetch, records
@@ -283,12 +284,14 @@ async def test_workers_share_the_resolved_settings(demo_dsn: str, http: httpx.As
 
 def _workers_of(running: Running) -> list[psutil.Process]:
     workers: list[psutil.Process] = []
-    for _ in range(100):
+
+    def two() -> bool:
+        nonlocal workers
         children = psutil.Process(running.proc.pid).children()
         workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
-        if len(workers) >= 2:
-            break
-        time.sleep(0.1)
+        return len(workers) >= 2
+
+    wait_for(two, 10)
     return workers
 
 
@@ -300,20 +303,21 @@ def test_workers_share_a_burst_of_connections(demo_dsn: str) -> None:
         workers = _workers_of(running)
         assert len(workers) == 2
         port = int(running.base.rsplit(":", 1)[1])
-        for _ in range(40):  # both workers listening
-            listening = [
-                w for w in workers
-                if any(c.status == "LISTEN" and c.laddr.port == port for c in w.net_connections())
-            ]  # fmt: skip
-            if len(listening) == 2:
-                break
-            time.sleep(0.25)
+        wait_for(  # both workers listening
+            lambda: all(
+                any(c.status == "LISTEN" and c.laddr.port == port for c in w.net_connections())
+                for w in workers
+            ),
+            10,
+        )
         burst = [socket.create_connection(("127.0.0.1", port)) for _ in range(24)]
         try:
             # The kernel picks a worker for each connection as it arrives; each worker accepts
             # its own when its event loop gets to them (later on a loaded machine).
             held: list[int] = []
-            for _ in range(200):
+
+            def accepted() -> bool:
+                nonlocal held
                 held = [
                     sum(
                         1
@@ -322,9 +326,9 @@ def test_workers_share_a_burst_of_connections(demo_dsn: str) -> None:
                     )
                     for w in workers
                 ]
-                if sum(held) == 24:
-                    break
-                time.sleep(0.05)
+                return sum(held) == 24
+
+            wait_for(accepted, 10)
             assert sum(held) == 24 and min(held) >= 3, held
         finally:
             for sock in burst:
@@ -351,12 +355,11 @@ ACTIVE = (
 
 async def _running(demo_dsn: str, sql: str) -> None:
     """Wait until `sql` is running in PostgreSQL (the slot it holds is taken)."""
-    for _ in range(300):
-        rows = await fetch(demo_dsn, ACTIVE, sql)
-        if rows:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{sql} never ran")
+
+    async def runs() -> bool:
+        return bool(await fetch(demo_dsn, ACTIVE, sql))
+
+    await eventually(runs, what=f"{sql} running", seconds=6)
 
 
 async def test_above_the_limit_a_request_waits_for_a_slot(
@@ -507,11 +510,8 @@ async def test_dropped_request_cancels_its_query(
     await _running(demo_dsn, sql)  # the query runs before its client goes away
     with pytest.raises(httpx.TimeoutException):
         await request
-    running = ["?"]
-    for _ in range(50):
-        rows = await fetch(demo_dsn, ACTIVE, sql)
-        running = [r["pid"] for r in rows]
-        if not running:
-            break
-        await asyncio.sleep(0.1)
-    assert running == [], "the query outlived the request that asked for it"
+
+    async def ended() -> bool:
+        return not await fetch(demo_dsn, ACTIVE, sql)
+
+    await eventually(ended, what="the query ending with the request that asked for it", seconds=5)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from serverproc import EXECUTABLE, ROOT, Server, clean_env, gone, uv_run, wait_for
+from eventually import wait_for
+from serverproc import EXECUTABLE, ROOT, Server, clean_env, gone, uv_run
 
 STOP_S = 1.5  # from the signal to the exit of an idle server (README: "within a second")
 DELETED_S = 30.0  # the demo's files are deleted after the exit, by a process of its own

@@ -16,6 +16,7 @@ import anyio
 import asyncpg
 import pytest
 import pytest_asyncio
+from eventually import eventually
 from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
@@ -202,11 +203,11 @@ async def test_cancelled_call_cancels_the_backend_query(qdsn: str) -> None:
     async with connect(qdsn) as client:
         with anyio.move_on_after(1.0):
             await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
-        for _ in range(40):
-            if not await _backends(qdsn, "active"):
-                break
-            await asyncio.sleep(0.1)
-        assert await _backends(qdsn, "active") == []
+
+        async def cancelled() -> bool:
+            return not await _backends(qdsn, "active")
+
+        await eventually(cancelled, what="no active backend left", seconds=4)
         assert (await call(client, "execute_query", sql="SELECT 2 AS x"))["rows"] == [[2]]
 
 
@@ -298,12 +299,18 @@ async def test_a_lower_timeout_runs_the_query_in_an_explicit_transaction(qdsn: s
 
 
 async def _no_session_left_in_a_transaction(dsn: str) -> None:
-    rows = await fetch(
-        dsn,
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'pg-mcp-server' "
-        "AND (state LIKE 'idle in transaction%' OR backend_xid IS NOT NULL)",
-    )
-    assert rows[0]["n"] == 0
+    """Once the background reset of the last use is done (it rolls back first), no session of
+    the server is in a transaction or holds a transaction ID."""
+
+    async def none() -> bool:
+        rows = await fetch(
+            dsn,
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'pg-mcp-server' "
+            "AND (state LIKE 'idle in transaction%' OR backend_xid IS NOT NULL)",
+        )
+        return bool(rows[0]["n"] == 0)
+
+    await eventually(none, what="no session of the server left in a transaction", seconds=5)
 
 
 async def test_a_cancelled_or_refused_call_never_leaves_a_transaction_open(qdsn: str) -> None:
@@ -329,13 +336,11 @@ async def test_a_cancelled_or_refused_call_never_leaves_a_transaction_open(qdsn:
                 await asyncio.sleep(0)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            await asyncio.sleep(0.05)  # the background reset
             await _no_session_left_in_a_transaction(qdsn)
             async with db.session() as conn:
                 assert not conn.is_in_transaction()
         with pytest.raises(ParameterError):
             await db.run(work("SELECT $1::int4", [2**40]), 5000)
-        await asyncio.sleep(0.05)
         await _no_session_left_in_a_transaction(qdsn)
         assert (await db.run(count)).rows == [[30000]]
     finally:

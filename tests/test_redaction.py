@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from eventually import eventually
 from mcpclient import call, call_error, connect, execute, fetch, records
 
 SETUP = r"""
@@ -284,12 +285,14 @@ async def test_credential_settings_are_masked(rdsn: str) -> None:
     await execute(rdsn, f"ALTER SYSTEM SET primary_conninfo = '{conninfo}'")
     await execute(rdsn, "SELECT pg_reload_conf()")
     try:
-        for _ in range(100):  # the reload reaches new sessions once the postmaster has read it
+
+        async def reloaded() -> bool:  # new sessions see it once the postmaster has read it
             rows = await fetch(
                 rdsn, "SELECT setting FROM pg_settings WHERE name = 'primary_conninfo'"
             )
-            if rows[0]["setting"] == conninfo:
-                break
+            return bool(rows[0]["setting"] == conninfo)
+
+        await eventually(reloaded, what="the reloaded primary_conninfo")
         async with connect(rdsn) as client:
             for uri in ("pg://settings", "pg://settings/all"):
                 result = await client.read_resource(uri, cache_mode="bypass")

@@ -18,6 +18,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from eventually import eventually
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, call_error, connect, execute, fetch
@@ -177,16 +178,17 @@ async def _sleeper(dsn: str, marker: str) -> tuple[asyncpg.Connection, asyncio.T
     task = asyncio.ensure_future(conn.execute(f"SELECT pg_sleep(60) /* {marker} */"))
     watcher = await asyncpg.connect(dsn)
     try:
-        for _ in range(500):
+
+        async def sleeping() -> bool:
             state = await watcher.fetchval(
                 "SELECT wait_event FROM pg_stat_activity WHERE pid = $1", pid
             )
-            if state == "PgSleep":
-                return conn, task, pid
-            await asyncio.sleep(0.01)
+            return bool(state == "PgSleep")
+
+        await eventually(sleeping, what="the sleeping session in pg_stat_activity")
+        return conn, task, pid
     finally:
         await watcher.close()
-    raise AssertionError("the sleeping session never showed up in pg_stat_activity")
 
 
 async def _stop(conn: asyncpg.Connection, task: asyncio.Task[Any]) -> None:
@@ -289,13 +291,14 @@ async def test_replication_shows_replicas_and_slots(pg: PgServer, scratch_dsn: s
             stderr=subprocess.PIPE,
         )
         try:
-            for _ in range(500):
-                streaming = await fetch(
+
+            async def streaming() -> bool:
+                rows = await fetch(
                     scratch_dsn, "SELECT pid FROM pg_stat_replication WHERE state = 'streaming'"
                 )
-                if streaming or receiver.poll() is not None:
-                    break
-                await asyncio.sleep(0.02)
+                return bool(rows) or receiver.poll() is not None
+
+            await eventually(streaming, what="pg_receivewal streaming (or exited)")
             assert receiver.poll() is None, receiver.stderr.read() if receiver.stderr else ""
             async with connect(scratch_dsn) as client:
                 replication = await read(client, "pg://stat/replication")
@@ -305,15 +308,16 @@ async def test_replication_shows_replicas_and_slots(pg: PgServer, scratch_dsn: s
             receiver.terminate()
             receiver.wait(timeout=10)
             # The walsender lets go of the slot a moment after its client has gone.
-            for _ in range(500):
+
+            async def let_go() -> bool:
                 held = await fetch(
                     scratch_dsn,
                     "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
                     slot,
                 )
-                if not held[0]["active"]:
-                    break
-                await asyncio.sleep(0.02)
+                return not held[0]["active"]
+
+            await eventually(let_go, what="the walsender letting go of the slot")
             await execute(scratch_dsn, f"SELECT pg_drop_replication_slot('{slot}')")
     assert replication["is_standby"] is False
     assert replication["wal_receiver"] is None and replication["replay"] is None

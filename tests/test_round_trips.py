@@ -6,12 +6,12 @@ the guard's locks, its check, and the statement."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest_asyncio
+from eventually import eventually
 from mcpclient import execute, fetch
 from wire import Relay, relay
 
@@ -46,15 +46,15 @@ async def wired(scratch_dsn: str) -> AsyncIterator[tuple[Relay, Database, str]]:
 
 async def _settled(dsn: str) -> None:
     """Wait until the pooled session is back in the pool: idle, its reset the last thing."""
-    for _ in range(200):
+
+    async def settled() -> bool:
         rows = await fetch(
             dsn,
             "SELECT state, query FROM pg_stat_activity WHERE application_name = 'pg-mcp-server'",
         )
-        if all(r["state"] == "idle" and "UNLISTEN" in r["query"] for r in rows):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the pooled session did not settle")
+        return all(r["state"] == "idle" and "UNLISTEN" in r["query"] for r in rows)
+
+    await eventually(settled, what="the pooled session settling", interval=0.01)
 
 
 async def _flights(

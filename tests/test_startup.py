@@ -3,7 +3,6 @@ an unreachable database is named (never with its password) and the server keeps 
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import socket
 import subprocess
@@ -15,6 +14,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import asyncpg
 import psutil
 import pytest
+from eventually import eventually
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, connect, execute, fetch
 from serverproc import EXECUTABLE, Server, clean_env, uv_run
@@ -153,14 +153,15 @@ async def test_any_password_works_percent_encoded_or_in_pg_password(
             return parts._replace(netloc=f"{userinfo}@{hosts}").geturl()
 
         # Wait until the reload is in force: a wrong password is refused.
-        for _ in range(200):
+
+        async def checking() -> bool:
             try:
                 await fetch(as_role(f"{role}:wrong"), "SELECT 1")
             except asyncpg.InvalidPasswordError:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            pytest.fail("the server never started checking the role's password")
+                return True
+            return False
+
+        await eventually(checking, what="the server checking the role's password", seconds=10)
         encoded = as_role(f"{role}:{quote(password, safe='')}")
         for dsn, extra in ((encoded, {}), (as_role(role), {"PG_PASSWORD": password})):
             params = StdioServerParameters(

@@ -17,10 +17,11 @@ from typing import Any
 import httpx2 as httpx
 import psutil
 import pytest
+from eventually import wait_for
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, records
-from serverproc import EXECUTABLE, Server, clean_env, wait_for
+from serverproc import EXECUTABLE, Server, clean_env
 from test_http import ACCEPT, V1, serve
 
 from pg_mcp_server.envelope import check
