@@ -26,6 +26,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from eventually import eventually
 from guardbed import next_xid_when_idle
 from mcp import Client
 from mcpclient import call, call_error, execute, fetch, records
@@ -255,8 +256,11 @@ async def test_a_plant_flipped_in_a_loop_never_runs(bed: Bed, pool_mode: str) ->
         stop, flips = asyncio.Event(), [0]
         flipper = asyncio.create_task(_flip(bed, stop, flips))
         try:
-            while flips[0] == 0:  # the race is on before the first call
-                await asyncio.sleep(0.001)
+
+            async def flipping() -> bool:
+                return flips[0] > 0
+
+            await eventually(flipping, what="the plant flipping")  # the race is on first
             started = flips[0]
             for _ in range(calls):
                 assert_served(await call(client, "execute_query", sql=QUERY))
