@@ -263,6 +263,14 @@ BEGIN
     EXECUTE pg_catalog.format('ALTER %s %s OWNER TO CURRENT_USER',
       CASE r.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END, r.name);
   END LOOP;
+  -- A multirange follows its range from PostgreSQL 16 on (which then refuses to alter it
+  -- alone); on 15 it keeps its first owner unless altered itself.
+  FOR r IN SELECT t.oid::pg_catalog.regtype AS name FROM pg_catalog.pg_type t
+           WHERE t.typnamespace = 'planter'::pg_catalog.regnamespace AND t.typtype = 'm'
+             AND t.typowner <> (SELECT u.oid FROM pg_catalog.pg_roles u
+                                WHERE u.rolname = CURRENT_USER) LOOP
+    EXECUTE pg_catalog.format('ALTER TYPE %s OWNER TO CURRENT_USER', r.name);
+  END LOOP;
 END $$;
 """
 OWNED = """

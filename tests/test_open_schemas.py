@@ -52,6 +52,9 @@ INSERT INTO public.items VALUES (10, 'x'), (20, 'y');
 GRANT SELECT ON public.items TO {reader};
 -- A trusted function in public (the test bed's superuser owns it).
 CREATE FUNCTION public.trusted_double(int) RETURNS int IMMUTABLE LANGUAGE sql AS 'SELECT $1 * 2';
+-- ... and one whose body PostgreSQL resolved when it was made (BEGIN ATOMIC).
+CREATE FUNCTION public.trusted_triple(int) RETURNS int IMMUTABLE LANGUAGE sql
+    BEGIN ATOMIC SELECT $1 * 3; END;
 -- A type the attacker can plant an operator on (a trusted role's, so that reading it is
 -- allowed: the driver then looks it up, on the statement's path).
 CREATE TYPE atk.mine AS (v int);
@@ -315,21 +318,27 @@ async def test_a_type_in_the_open_schema_is_named_with_its_schema(bed: Bed) -> N
             assert await bed.burnt_xids(since) == []
 
 
-async def test_a_trusted_function_in_the_open_schema_still_works(bed: Bed) -> None:
-    """A name with a trusted candidate in public keeps public on the statement's path, and
-    a plant there is then judged as before: refused (the race stays open for such
+async def test_a_trusted_function_in_the_open_schema(bed: Bed) -> None:
+    """A name with a trusted candidate in public keeps public on the statement's path. A
+    function whose body PostgreSQL resolves when it runs is then refused (an operator planted
+    in public between the check and the call would run inside it: F3); qualified, the call
+    needs no path and runs; a BEGIN ATOMIC body was resolved when it was made and runs, and a
+    plant in public is then judged as before: refused (the race stays open for such
     statements; docs/security.md)."""
     async with server(bed.reader) as client:
-        sql = "SELECT trusted_double(21) AS v"
-        assert records(await call(client, "execute_query", sql=sql)) == [{"v": 42}]
+        body = await call_error(client, "execute_query", sql="SELECT trusted_double(21) AS v")
+        assert body["error"]["context"]["rule"] == "open_schema_body", body
+        assert "public.trusted_double" in body["error"]["context"]["culprit"], body
+        qualified = "SELECT public.trusted_double(21) AS v FROM app.items WHERE code = 'x'"
+        assert records(await call(client, "execute_query", sql=qualified)) == [{"v": 42}]
+        atomic = "SELECT trusted_triple(21) AS v"
+        assert records(await call(client, "execute_query", sql=atomic)) == [{"v": 63}]
         async with planted(bed, PLANT_EQ, DROP_EQ):
-            both = "SELECT trusted_double(21) AS v FROM app.items WHERE code = 'x'"
+            both = "SELECT trusted_triple(21) AS v FROM app.items WHERE code = 'x'"
             body = await call_error(client, "execute_query", sql=both)
             assert body["error"]["context"]["rule"] == "untrusted_owner", body
             culprit = body["error"]["context"]["culprit"]
             assert "atk.evil" in culprit or "public.=" in culprit, body
-            # Qualified, the function needs no path: public is left off again.
-            qualified = "SELECT public.trusted_double(21) AS v FROM app.items WHERE code = 'x'"
             assert records(await call(client, "execute_query", sql=qualified)) == [{"v": 42}]
 
 

@@ -56,7 +56,7 @@ PROBE = "mcp_probe"
 
 # The server's search path as names, for PL code: pg_catalog first, pg_temp last, and
 # without the schemas a role that is not trusted may create in ($1: their oids, see
-# safety.OPEN_SCHEMA), which are given as `left_out`: a trusted function's body that resolves
+# guard/facts.OPEN_SCHEMA), which are given as `left_out`: a trusted function's body that resolves
 # an operator there when it runs would pick one planted with a closer match.
 _OPEN = OPEN_SCHEMA.format(trusted="$1::pg_catalog.oid[]")
 _OPEN_2 = OPEN_SCHEMA.format(trusted="$2::pg_catalog.oid[]")

@@ -262,30 +262,28 @@ TRUSTED_ROLES = """ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
                    WHERE d.datname = pg_catalog.current_database())
     ORDER BY 1)"""
 
-# A schema (pg_namespace `n`) in which a role that is not trusted may create objects: its
-# owner is not trusted, or its ACL grants CREATE to PUBLIC (grantee 0) or to such a role. An
-# overload or operator planted there with a closer match of argument types is picked over
-# the intended one, even with pg_catalog first on the path (CVE-2018-1058), and can be
-# planted at any moment, between any check and the statement. `{trusted}`: an oid[].
-OPEN_SCHEMA = """(n.nspowner <> ALL ({trusted})
-    OR EXISTS (SELECT FROM pg_catalog.aclexplode(n.nspacl) a
-               WHERE a.privilege_type = 'CREATE' AND a.grantee <> ALL ({trusted})))"""
-
 # Who may create objects in a schema on the search path (n): its owner, the roles its ACL
 # grants CREATE (PUBLIC: every role), and every member of those (a member can SET ROLE to
 # one), superusers and predefined roles left out (always trusted; pg_database_owner's member
-# is the database's owner, listed itself). The guard drops from a statement's path the
-# schemas where any of them is not trusted (see Catalog.open_schemas).
-CREATORS = f"""(
-    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(r.oid::bigint, r.rolname))
-    FROM pg_catalog.pg_roles r
-    WHERE NOT r.rolsuper AND r.oid >= {USER_OID}
+# is the database's owner, listed itself). A schema where any of them is not trusted is
+# "open": an overload or operator planted there with a closer match of argument types is
+# picked over the intended one, even with pg_catalog first on the path (CVE-2018-1058), and
+# can be planted at any moment, between any check and the statement. The guard drops open
+# schemas from a statement's path where it can (see Catalog.open_schemas); custom SQL and PL
+# code run without them (custom/resolve.py).
+_CREATOR = f"""NOT r.rolsuper AND r.oid >= {USER_OID}
       AND (pg_catalog.pg_has_role(r.oid, n.nspowner, 'MEMBER')
            OR EXISTS (
                SELECT FROM pg_catalog.aclexplode(n.nspacl) a
                WHERE a.privilege_type = 'CREATE'
                  AND CASE WHEN a.grantee = 0::pg_catalog.oid THEN true
-                          ELSE pg_catalog.pg_has_role(r.oid, a.grantee, 'MEMBER') END)))"""
+                          ELSE pg_catalog.pg_has_role(r.oid, a.grantee, 'MEMBER') END))"""
+CREATORS = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(r.oid::bigint, r.rolname))
+    FROM pg_catalog.pg_roles r WHERE {_CREATOR})"""
+# The same as a condition on `n`, for statements of their own; `{{trusted}}`: an oid[].
+OPEN_SCHEMA = f"""EXISTS (SELECT FROM pg_catalog.pg_roles r
+    WHERE {_CREATOR} AND r.oid <> ALL ({{trusted}}))"""
 
 CATALOG = f"""
 SELECT

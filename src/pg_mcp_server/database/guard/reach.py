@@ -651,12 +651,44 @@ class _Walk:
         self.tree(self.judge.tree(FUNCTION, oid, f.trees), obj)
         body = self.judge.body(f)
         if isinstance(body, Refs):  # its naming calls are refused by their own verdict
-            self.names(body, obj, self.judge.function_path(f, self.path))
+            path = self.judge.function_path(f, self.path)
+            self.names(body, obj, path)
+            self.body_path(body, path, obj)
         for g in (f.support, *f.aggregate):
             self.add((FUNCTION, g), obj)
         self.add((OPERATOR, f.sort_operator), obj)
         for t in f.types:
             self.type(t, obj)
+
+    def body_path(self, body: Refs, path: tuple[int, ...], obj: Obj) -> None:
+        """A body whose names PostgreSQL resolves when the function runs (SQL not BEGIN
+        ATOMIC, PL/pgSQL), on a path with a schema where a role that is not trusted may create
+        objects (kept on the statement's path for a trusted candidate, or named by the
+        function's own search_path): an overload or operator planted there with a closer
+        match between the check and the call would run inside it. Only what it names
+        unqualified can be taken over."""
+        if self.scout is not None:
+            return  # run_path's first walk judges nothing
+        open_here = [nsp for nsp in path if nsp in self.c.open_schemas]
+        unqualified = (
+            any(c.schema is None for c in body.calls)
+            or any(schema is None for schema, _, _ in body.operators)
+            or any(schema is None for schema, _ in body.types | body.relations)
+        )
+        if open_here and unqualified:
+            names = ", ".join(self.c.schemas.get(nsp, "?") for nsp in open_here)
+            self.refuse(
+                "open_schema_body",
+                f"has a body whose names PostgreSQL looks up when it runs, on a search path "
+                f"with {names}, where roles that are not trusted may create objects: one "
+                "planted there with a closer match, between this check and the call, would "
+                "run inside it as the server's role",
+                self.chain(obj),
+                "Give the function a search_path without such schemas (SET search_path = "
+                "pg_catalog, <its schemas>, with their objects named) or a BEGIN ATOMIC body, "
+                "or revoke CREATE on that schema from the roles you do not trust (REVOKE "
+                "CREATE ON SCHEMA public FROM PUBLIC).",
+            )
 
     def type(self, oid: int, parent: Obj) -> None:
         if not oid:
