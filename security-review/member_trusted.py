@@ -12,8 +12,10 @@ members of a trusted role (facts.py TRUSTED_ROLES).
 
 Usage (bed and setup.py first, see README.md):
   PYTHONPATH=tests:security-review uv run python security-review/member_trusted.py [race|static]
-  static: the negator set before the call (control: refused, volatile_function)."""
-import asyncio, json, sys, time
+  static: the negator set before the call (control: refused, volatile_function).
+  TRUST=dbowner: app_owner is trusted as the database's owner (ALTER DATABASE atkdb OWNER TO
+  app_owner, restored after) instead of through MCP_TRUSTED_ROLES."""
+import asyncio, json, os, sys, time
 import asyncpg
 from mcpclient import connect
 from common import DSN, as_role, tool
@@ -55,7 +57,11 @@ async def main(mode: str) -> None:
     a = await asyncpg.connect(as_role("attacker"))
     await a.execute(ATTACKER)
     b = await asyncpg.connect(as_role("attacker"))
-    async with connect(as_role("reader"), trusted_roles=["app_owner"]) as c:
+    dbowner = os.environ.get("TRUST") == "dbowner"
+    if dbowner:
+        await admin.execute("ALTER DATABASE atkdb OWNER TO app_owner")
+    settings = {} if dbowner else {"trusted_roles": ["app_owner"]}
+    async with connect(as_role("reader"), **settings) as c:
         ok, body = await tool(c, "execute_query", sql=SQL.format(n=2))
         print("baseline (no negator):", ok, json.dumps(body.get("rows", body.get("error")))[:200])
         before = await admin.fetchval("SELECT pg_current_xact_id()::text")
@@ -83,6 +89,8 @@ async def main(mode: str) -> None:
         print("server session application_name now:", json.dumps(body.get("rows", body))[:200])
     await a.execute("SET ROLE app_owner; DROP OPERATOR IF EXISTS atk.=== (int, int); "
                     "DROP OPERATOR IF EXISTS atk.!=== (int, int); RESET ROLE")
+    if dbowner:
+        await admin.execute("ALTER DATABASE atkdb OWNER TO postgres")
     for x in (a, b, admin):
         await x.close()
 
