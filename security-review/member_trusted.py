@@ -14,7 +14,9 @@ Usage (bed and setup.py first, see README.md):
   PYTHONPATH=tests:security-review uv run python security-review/member_trusted.py [race|static]
   static: the negator set before the call (control: refused, volatile_function).
   TRUST=dbowner: app_owner is trusted as the database's owner (ALTER DATABASE atkdb OWNER TO
-  app_owner, restored after) instead of through MCP_TRUSTED_ROLES."""
+  app_owner, restored after) instead of through MCP_TRUSTED_ROLES.
+  TRUST=server: the trusted role is the server's own role `reader` (GRANT reader TO attacker,
+  e.g. to share its read access; revoked after) instead of app_owner."""
 import asyncio, json, os, sys, time
 import asyncpg
 from mcpclient import connect
@@ -28,7 +30,7 @@ END$$;
 GRANT app_owner TO attacker;   -- e.g. a developer of the application
 """
 ATTACKER = r"""
-GRANT USAGE, CREATE ON SCHEMA atk TO app_owner;   -- atk is the attacker's own schema
+GRANT USAGE, CREATE ON SCHEMA atk TO app_owner, reader;   -- atk is the attacker's own schema
 SET ROLE app_owner;
 DROP OPERATOR IF EXISTS atk.=== (int, int); DROP OPERATOR IF EXISTS atk.!=== (int, int);
 DROP FUNCTION IF EXISTS atk.neg_evil(int, int); DROP TABLE IF EXISTS atk.facts;
@@ -58,9 +60,16 @@ async def main(mode: str) -> None:
     await a.execute(ATTACKER)
     b = await asyncpg.connect(as_role("attacker"))
     dbowner = os.environ.get("TRUST") == "dbowner"
+    server = os.environ.get("TRUST") == "server"
+    if server:  # the same objects, owned by the server's own role instead
+        await admin.execute("GRANT reader TO attacker")
+        await a.execute("ALTER TABLE atk.facts OWNER TO reader; "
+                        "ALTER FUNCTION atk.neg_evil(int, int) OWNER TO reader; "
+                        "ALTER OPERATOR atk.=== (int, int) OWNER TO reader; "
+                        "ALTER OPERATOR atk.!=== (int, int) OWNER TO reader")
     if dbowner:
         await admin.execute("ALTER DATABASE atkdb OWNER TO app_owner")
-    settings = {} if dbowner else {"trusted_roles": ["app_owner"]}
+    settings = {} if dbowner or server else {"trusted_roles": ["app_owner"]}
     async with connect(as_role("reader"), **settings) as c:
         ok, body = await tool(c, "execute_query", sql=SQL.format(n=2))
         print("baseline (no negator):", ok, json.dumps(body.get("rows", body.get("error")))[:200])
@@ -87,6 +96,10 @@ async def main(mode: str) -> None:
         print("next xid before/after (admin session, 1 each):", before, after)
         ok, body = await tool(c, "execute_query", sql="SELECT current_setting('application_name') AS app")
         print("server session application_name now:", json.dumps(body.get("rows", body))[:200])
+    if server:
+        await a.execute("ALTER OPERATOR atk.=== (int, int) OWNER TO app_owner; "
+                        "ALTER OPERATOR atk.!=== (int, int) OWNER TO app_owner")
+        await admin.execute("REVOKE reader FROM attacker")
     await a.execute("SET ROLE app_owner; DROP OPERATOR IF EXISTS atk.=== (int, int); "
                     "DROP OPERATOR IF EXISTS atk.!=== (int, int); RESET ROLE")
     if dbowner:
