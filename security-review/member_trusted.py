@@ -98,7 +98,9 @@ async def main(mode: str) -> None:
         print("server session application_name now:", json.dumps(body.get("rows", body))[:200])
     if server:
         await a.execute("ALTER OPERATOR atk.=== (int, int) OWNER TO app_owner; "
-                        "ALTER OPERATOR atk.!=== (int, int) OWNER TO app_owner")
+                        "ALTER OPERATOR atk.!=== (int, int) OWNER TO app_owner; "
+                        "ALTER FUNCTION atk.neg_evil(int, int) OWNER TO app_owner; "
+                        "ALTER TABLE atk.facts OWNER TO app_owner")
         await admin.execute("REVOKE reader FROM attacker")
     await a.execute("SET ROLE app_owner; DROP OPERATOR IF EXISTS atk.=== (int, int); "
                     "DROP OPERATOR IF EXISTS atk.!=== (int, int); RESET ROLE")
