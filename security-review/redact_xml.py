@@ -1,4 +1,4 @@
-"""attack3 / F21: redaction does not follow table_to_xml / schema_to_xml / database_to_xml. The
+"""attack3 / F20: redaction does not follow table_to_xml / schema_to_xml / database_to_xml. The
 guard allows them with a constant name (NAMES_RELATION/SCHEMA/DATABASE: the relations are
 checked), but the lineage that decides redaction (database/rows/lineage.py, redaction.py) sees
 a function of constants, not a read of `public.users`: every password and api_token comes
