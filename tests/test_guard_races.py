@@ -426,3 +426,42 @@ async def test_a_relation_the_path_never_picks_is_not_judged(bed: Bed) -> None:
         assert rows == [{"id": 1}, {"id": 2}]  # public.shown, over hidden.h
         body = await call_error(client, "execute_query", sql="SELECT id FROM atk.shown")
         assert body["error"]["context"]["rule"] == "untrusted_owner", body
+
+
+SMUGGLED = "SELECT 'a\\', ' || (pg_catalog.pg_current_xact_id())::text --'"
+
+
+async def test_a_role_without_standard_conforming_strings_gets_them_on(bed: Bed) -> None:
+    """attack3 F19: the guard parses as PostgreSQL does with standard_conforming_strings on.
+    With the role's setting off, PostgreSQL ended `'a\\'` elsewhere and ran what the guard had
+    judged a string constant (EXPLAIN ANALYZE took an XID). The server asks for it on at
+    start-up, which wins over the role's setting: the constant stays a constant."""
+    await execute(bed.admin, f"ALTER ROLE {bed.reader_role} SET standard_conforming_strings = off")
+    plain = await fetch(bed.reader, "SHOW standard_conforming_strings")
+    assert plain[0][0] == "off"  # what any other session of the role gets
+    async with server(bed.reader, bed.owner_role) as client:
+        since = await bed.next_xid()
+        out = await call(client, "explain_query", sql=SMUGGLED, analyze=True)
+        assert out["plan"]
+        assert await bed.burnt_xids(since) == []
+
+
+async def test_standard_conforming_strings_off_in_the_dsn_is_overridden_too(bed: Bed) -> None:
+    """Off in the DSN's own options as well: the server's start-up setting still wins (the
+    guard would refuse a session where it did not: rule standard_conforming_strings)."""
+    dsn = (
+        bed.reader
+        + ("&" if "?" in bed.reader else "?")
+        + ("options=-c%20standard_conforming_strings%3Doff")
+    )
+    async with server(dsn, bed.owner_role) as client:
+        since = await bed.next_xid()
+        out = await call(client, "explain_query", sql=SMUGGLED, analyze=True)
+        assert out["plan"]
+        assert await bed.burnt_xids(since) == []
+        shown = await call(
+            client,
+            "execute_query",
+            sql="SELECT current_setting('standard_conforming_strings') AS s",
+        )
+        assert records(shown) == [{"s": "on"}]

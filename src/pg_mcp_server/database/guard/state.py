@@ -103,7 +103,8 @@ _USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
 # generic plan that must assume any contypid, 0 included.)
 _PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND t.deptype = 'e'"
 
-SEARCH_PATH = "SELECT pg_catalog.current_schemas(true)::pg_catalog.text[]"
+SEARCH_PATH = """SELECT pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
+    pg_catalog.current_setting('standard_conforming_strings') AS strings"""
 
 # The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
 # plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
@@ -450,7 +451,21 @@ class GuardState:
         with), so each is asked once, by a statement with no operator in it."""
         if conn in self._sessions:
             return
-        path = await conn.fetchval(pin(SEARCH_PATH))
+        row = await conn.fetchrow(pin(SEARCH_PATH))
+        assert row is not None
+        path = row["path"]
+        # The guard parses with PostgreSQL's own parser as of standard_conforming_strings = on
+        # (connect.py asks for it at start-up, which a role's or database's setting does not
+        # override): with it off, 'a\' ends elsewhere, and what the guard judged as one string
+        # constant would be SQL to PostgreSQL.
+        if row["strings"] != "on":
+            raise WriteOperationDeniedError(
+                "The session runs with standard_conforming_strings off: backslashes in string "
+                "constants would then end them where the guard's parser does not.",
+                suggestion="Leave standard_conforming_strings on (PostgreSQL's default) for the "
+                "server's role and database.",
+                context={"rule": "standard_conforming_strings"},
+            )
         first = next((s for s in path if not s.startswith("pg_temp")), "pg_catalog")
         if first != "pg_catalog":
             raise WriteOperationDeniedError(

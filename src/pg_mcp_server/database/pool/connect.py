@@ -25,7 +25,12 @@ async def connect(settings: DatabaseSettings, *, statement_cache_size: int) -> a
         return await asyncpg.connect(
             **settings.connect_kwargs(),
             timeout=seconds,
-            server_settings={"application_name": APPLICATION_NAME},
+            # Asked for at start-up, which wins over a role's or database's setting: the guard
+            # parses SQL as PostgreSQL does with it on (see guard/state.py).
+            server_settings={
+                "application_name": APPLICATION_NAME,
+                "standard_conforming_strings": "on",
+            },
             statement_cache_size=statement_cache_size,
             max_cacheable_statement_size=MAX_CACHEABLE,
         )
