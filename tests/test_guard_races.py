@@ -6,11 +6,12 @@ refused, never run the attacker's code. Proof that it did not: the refusal names
 function, no transaction ID was consumed and rolled back (the planted function takes one),
 and no NOTIFY arrived.
 
-The relations raced are the application owner's (a role the server trusts, which the attacker
-may act as: `SET role` by default): relations of a role that is not trusted are refused
-outright (their owner could add code to them at any moment, test_guard_objects.py `owned_*`),
-so what the locks must keep out is a trusted relation changed, during the wait, to reach code
-of a role that is not trusted (`atk.evil()`)."""
+The relations raced are the application owner's, a role the server trusts, changed by a session
+of that owner (`changer`): relations of a role that is not trusted are refused outright (their
+owner could add code to them at any moment, test_guard_objects.py `owned_*`), as is a trusted
+role another role may act as (a member of it, attack3 F16), so what the locks must keep out is
+a trusted relation changed, during the wait, to reach code of a role that is not trusted
+(`atk.evil()`, the untrusted role's)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,7 @@ from pg_mcp_server.server import build_server
 
 SETUP = """
 CREATE ROLE {atk} LOGIN;
-CREATE ROLE {owner} NOLOGIN;
-GRANT {owner} TO {atk};
+CREATE ROLE {owner} LOGIN;
 CREATE ROLE {reader} LOGIN;
 CREATE SCHEMA atk AUTHORIZATION {atk};
 GRANT USAGE ON SCHEMA atk TO {reader};
@@ -63,7 +63,6 @@ CREATE TABLE atk.pt (id int, v text) PARTITION BY RANGE (id);
 CREATE TABLE atk.pt1 PARTITION OF atk.pt FOR VALUES FROM (0) TO (100);
 INSERT INTO atk.pt VALUES (1, 'a');
 RESET ROLE;
-ALTER ROLE {atk} SET role = {owner};
 -- Least privilege: the reader sees a table of a schema it may not use through a view only.
 CREATE SCHEMA hidden;
 CREATE TABLE hidden.h (id int PRIMARY KEY);
@@ -102,11 +101,12 @@ def as_role(dsn: str, role: str) -> str:
 @dataclass
 class Bed:
     admin: str  # the database, as the test bed's superuser
-    attacker: str
+    changer: str  # the application owner's session, which changes what a statement reads
     reader: str  # the server's role: SELECT on the attacker's schema, nothing more
     database: str
     reader_role: str
     owner_role: str  # owns the raced relations; trusted by the servers here
+    untrusted: str  # the role that owns atk.evil() and schema atk, trusted by no one
 
     async def next_xid(self) -> int:
         value: int = (await fetch(self.admin, NEXT_XID))[0][0]
@@ -133,7 +133,15 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
     atk, reader, owner = f"race_atk_{tag}", f"race_reader_{tag}", f"race_owner_{tag}"
     await execute(db.dsn, SETUP.format(atk=atk, reader=reader, owner=owner))
     try:
-        yield Bed(db.dsn, as_role(db.dsn, atk), as_role(db.dsn, reader), db.name, reader, owner)
+        yield Bed(
+            db.dsn,
+            as_role(db.dsn, owner),
+            as_role(db.dsn, reader),
+            db.name,
+            reader,
+            owner,
+            as_role(db.dsn, atk),
+        )
     finally:
         await pg.drop_database(db.name)
         await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}; DROP ROLE {owner}")
@@ -171,7 +179,7 @@ async def held_while(
     listener = await asyncpg.connect(bed.admin)
     heard: list[str] = []
     await listener.add_listener("atk", lambda *args: heard.append(args[-1]))
-    attacker = await asyncpg.connect(bed.attacker)
+    attacker = await asyncpg.connect(bed.changer)
     try:
         await attacker.execute("BEGIN")
         await attacker.execute(change)
@@ -304,7 +312,7 @@ async def test_a_lock_held_longer_than_the_call_timeout_is_a_structured_error(
     bed: Bed, warm: bool
 ) -> None:
     sql = "SELECT id, v FROM atk.v ORDER BY id"
-    attacker = await asyncpg.connect(bed.attacker)
+    attacker = await asyncpg.connect(bed.changer)
     try:
         async with server(bed.reader, bed.owner_role) as client:
             await call(client, "execute_query", sql=sql if warm else "SELECT 1")
@@ -390,7 +398,7 @@ async def test_a_table_held_exclusively_does_not_hang_the_listing_of_its_schema(
     """attack2 F9: listing a schema measured a never-analyzed table exactly, which opens it, so
     a role holding its own table ACCESS EXCLUSIVE hung every listing of the schema until the
     statement timeout. A held relation keeps its page-count size instead."""
-    attacker = await asyncpg.connect(bed.attacker)
+    attacker = await asyncpg.connect(bed.changer)
     try:
         async with server(bed.reader, bed.owner_role, statement_timeout=3000) as client:
             await attacker.execute("BEGIN; LOCK TABLE atk.t IN ACCESS EXCLUSIVE MODE")
@@ -413,10 +421,10 @@ async def test_a_relation_the_path_never_picks_is_not_judged(bed: Bed) -> None:
     """attack2 F15: PostgreSQL resolves a relation name in the first schema of the path that
     has one; a role's relation of the same name in a later schema is never read, so it must
     not get the intended one refused (nor what resolves to it accepted)."""
-    attacker = await asyncpg.connect(bed.attacker)
+    attacker = await asyncpg.connect(bed.untrusted)
     try:
         await attacker.execute(
-            "SET ROLE NONE; CREATE TABLE atk.shown (id int); GRANT SELECT ON atk.shown TO PUBLIC"
+            "CREATE TABLE atk.shown (id int); GRANT SELECT ON atk.shown TO PUBLIC"
         )
     finally:
         await attacker.close()
@@ -465,3 +473,19 @@ async def test_standard_conforming_strings_off_in_the_dsn_is_overridden_too(bed:
             sql="SELECT current_setting('standard_conforming_strings') AS s",
         )
         assert records(shown) == [{"s": "on"}]
+
+
+async def test_a_trusted_role_another_role_may_act_as_is_not_trusted(bed: Bed) -> None:
+    """attack3 F16: trust went by role name, so a role that is a member of a trusted one (it
+    may SET ROLE to it) could make that role's objects run its code. A trusted role with such a
+    member is not trusted, from the next call on (memberships are in the per-call digest)."""
+    sql = "SELECT id, v FROM atk.t ORDER BY id"
+    async with server(bed.reader, bed.owner_role) as client:
+        assert len(records(await call(client, "execute_query", sql=sql))) == 2
+        untrusted = bed.untrusted.split("://", 1)[1].split("@", 1)[0]
+        await execute(bed.admin, f"GRANT {bed.owner_role} TO {untrusted}")
+        body = await call_error(client, "execute_query", sql=sql)
+        assert body["error"]["context"]["rule"] == "untrusted_owner", body
+        assert bed.owner_role in body["error"]["message"], body
+        await execute(bed.admin, f"REVOKE {bed.owner_role} FROM {untrusted}")
+        assert len(records(await call(client, "execute_query", sql=sql))) == 2

@@ -102,7 +102,7 @@ async def test_a_view_replaced_while_a_spawned_server_waits_is_refused(
             body = await race(bed, REPLACE_VIEW, partial(call_error, client, tool, **arguments))
             assert_refused(body)
             # Put the harmless view back for the next tool (the attacker's own session).
-            attacker = await asyncpg.connect(bed.attacker)
+            attacker = await asyncpg.connect(bed.changer)
             try:
                 await attacker.execute("CREATE OR REPLACE VIEW atk.v AS SELECT id, v FROM atk.t")
             finally:
@@ -190,7 +190,7 @@ async def hold_then_commit(bed: Bed, attempt: Callable[[], Awaitable[Any]]) -> A
     listener = await asyncpg.connect(bed.admin)
     heard: list[str] = []
     await listener.add_listener("atk", lambda *args: heard.append(args[-1]))
-    attacker = await asyncpg.connect(bed.attacker)
+    attacker = await asyncpg.connect(bed.changer)
     try:
         since = await bed.next_xid()
         await attacker.execute("BEGIN")
@@ -283,7 +283,7 @@ async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(
             warned
         )
         assert [r["v"] for r in records(await call(client, "read_v"))] == ["a", "b"]
-        attacker = await asyncpg.connect(bed.attacker)
+        attacker = await asyncpg.connect(bed.changer)
         try:
             await attacker.execute(REPLACE_VIEW)
         finally:
@@ -297,7 +297,7 @@ async def test_custom_sql_needs_no_race_to_run_a_view_owners_code(
 
 async def test_a_guarded_call_after_the_same_replacement_is_still_refused(bed: Bed) -> None:
     """The contrast: execute_query on the replaced view, committed, is refused outright."""
-    attacker = await asyncpg.connect(bed.attacker)
+    attacker = await asyncpg.connect(bed.changer)
     try:
         await attacker.execute(REPLACE_VIEW)
     finally:

@@ -254,12 +254,24 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 # types asyncpg knows without a lookup query of its own, see closure._driver_lookup.)
 # Trusted: superusers, the database's owner (who owns `public` from PostgreSQL 15 on and may
 # change anything in the database), the server's own role (a session of it can do all the
-# server can), and MCP_TRUSTED_ROLES.
-TRUSTED_ROLES = """ARRAY(SELECT r.oid FROM pg_catalog.pg_roles r
-    WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[])
-       OR r.rolname IN (CURRENT_USER, 'pg_database_owner')
-       OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
-                   WHERE d.datname = pg_catalog.current_database())
+# server can), and MCP_TRUSTED_ROLES; but for superusers, only while no other role may act as
+# them: a member (SET ROLE) that is none of these, or before PostgreSQL 16 any role with
+# CREATEROLE (it may grant itself any role), makes a role untrusted (attack3 F16).
+TRUSTED_ROLES = f"""ARRAY(
+    WITH named AS (
+        SELECT r.oid FROM pg_catalog.pg_roles r
+        WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[])
+           OR r.rolname IN (CURRENT_USER, 'pg_database_owner')
+           OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
+                       WHERE d.datname = pg_catalog.current_database()))
+    SELECT n.oid FROM named n JOIN pg_catalog.pg_roles r ON r.oid = n.oid
+    WHERE r.rolsuper OR NOT EXISTS (
+        SELECT FROM pg_catalog.pg_roles m
+        WHERE NOT m.rolsuper AND m.oid >= {USER_OID}
+          AND m.oid NOT IN (SELECT x.oid FROM named x)
+          AND (pg_catalog.pg_has_role(m.oid, n.oid, 'MEMBER')
+               OR (m.rolcreaterole
+                   AND pg_catalog.current_setting('server_version_num')::integer < 160000)))
     ORDER BY 1)"""
 
 # Who may create objects in a schema on the search path (n): its owner, the roles its ACL
