@@ -381,3 +381,29 @@ async def test_schema_names_that_need_quoting_are_set_right(bed: Bed) -> None:
             bed.admin,
             f"ALTER DATABASE {bed.database} RESET search_path; DROP SCHEMA {quoted} CASCADE",
         )
+
+
+async def test_a_body_on_its_own_path_through_an_open_schema_off_the_sessions_path(
+    bed: Bed,
+) -> None:
+    """attack3 F18: whether a schema is open was known only for schemas on the session's path,
+    so a function whose own SET search_path names an open schema the session's path lacks ran
+    its body there (an operator planted in public during a hold then ran inside it). Schemas a
+    function's own path names are judged too: such a body is refused; one whose own path is
+    safe is served."""
+    reader = bed.reader.split("://", 1)[1].split("@", 1)[0]
+    await execute(
+        bed.admin,
+        f"ALTER ROLE {reader} SET search_path = app; "
+        "CREATE FUNCTION app.count_x_public() RETURNS bigint STABLE LANGUAGE sql "
+        "SET search_path = public AS $$SELECT count(*) FROM items WHERE code = 'x'$$; "
+        "CREATE FUNCTION app.count_x_app() RETURNS bigint STABLE LANGUAGE sql "
+        "SET search_path = app AS $$SELECT count(*) FROM items WHERE code = 'x'$$; "
+        f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA app TO {reader}",
+    )
+    async with server(bed.reader) as client:
+        body = await call_error(client, "execute_query", sql="SELECT app.count_x_public() AS n")
+        assert body["error"]["context"]["rule"] == "open_schema_body", body
+        assert "app.count_x_public" in body["error"]["context"]["culprit"], body
+        out = await call(client, "execute_query", sql="SELECT app.count_x_app() AS n")
+        assert records(out) == [{"n": 1}]

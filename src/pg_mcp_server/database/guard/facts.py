@@ -297,6 +297,14 @@ CREATORS = f"""(
 OPEN_SCHEMA = f"""EXISTS (SELECT FROM pg_catalog.pg_roles r
     WHERE {_CREATOR} AND r.oid <> ALL ({{trusted}}))"""
 
+# Schemas a function's own `SET search_path` names: its body's names resolve there whatever
+# the statement's path is, so whether they are open matters too (attack3 F18). One InitPlan.
+_CONFIGURED = """coalesce((SELECT pg_catalog.array_agg(DISTINCT x.s) FROM pg_catalog.pg_proc p
+    CROSS JOIN LATERAL pg_catalog.unnest(p.proconfig) AS c(setting)
+    CROSS JOIN LATERAL pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.replace(
+        pg_catalog.replace(pg_catalog.substr(c.setting, 13), '"', ''), ' ', ''), ',')) AS x(s)
+    WHERE c.setting LIKE 'search\\_path=%'), ARRAY[]::pg_catalog.text[])"""
+
 CATALOG = f"""
 SELECT
   pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
@@ -305,7 +313,8 @@ SELECT
   {SMALL_CATALOGS} AS small,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
-      CASE WHEN n.nspname = ANY (pg_catalog.current_schemas(true)) THEN {CREATORS} END))
+      CASE WHEN n.nspname = ANY (pg_catalog.current_schemas(true))
+             OR n.nspname = ANY ({_CONFIGURED}) THEN {CREATORS} END))
    FROM pg_catalog.pg_namespace n) AS schemas,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
@@ -402,8 +411,9 @@ class Catalog:
     schemas: dict[int, str] = field(default_factory=dict)
     schema_oids: dict[str, int] = field(default_factory=dict)
     usable: set[int] = field(default_factory=set)  # schemas the role may name (USAGE)
-    # Schemas on the path where a role that is not trusted may create objects -> those roles
-    # (see CREATORS): the guard leaves them out of a statement's path where it can.
+    # Schemas on the path, or named by a function's own search_path, where a role that is
+    # not trusted may create objects -> those roles (see CREATORS): the guard leaves them out
+    # of a statement's path where it can, and refuses a body resolving names in one.
     open_schemas: dict[int, tuple[str, ...]] = field(default_factory=dict)
     functions: dict[int, Function] = field(default_factory=dict)
     functions_named: dict[str, list[Function]] = field(default_factory=dict)

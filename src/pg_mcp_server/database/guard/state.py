@@ -207,14 +207,16 @@ _SESSION_PATH = "SET LOCAL search_path TO DEFAULT"
 
 
 def _open_warning(catalog: Catalog) -> str:
-    """One line: the open schemas on the search path, by whom, and the fix."""
+    """One line: the open schemas (on the search path, or on a function's own), by whom, and
+    the fix."""
     found = []
     for nsp, roles in sorted(catalog.open_schemas.items()):
         more = f" and {len(roles) - 5} more" if len(roles) > 5 else ""
         found.append(f"{catalog.schemas.get(nsp, nsp)!s} (by {', '.join(roles[:5])}{more})")
     first = catalog.schemas.get(min(catalog.open_schemas), "public")
     return (
-        "guard: roles that are not trusted may create objects in schemas on the search path: "
+        "guard: roles that are not trusted may create objects in schemas on the search path "
+        "or on a function's own: "
         f"{'; '.join(found)}. Statements run without those schemas on their path unless they "
         "use a trusted object there, and then an object planted there between the check and "
         "the statement could run: revoke it (REVOKE CREATE ON SCHEMA "
