@@ -197,6 +197,11 @@ REFUSED = [
         "umoptions",
     ),
     ("distinct_count", "SELECT count(DISTINCT password_hash) FROM users", "password_hash"),
+    (  # attack3 F20: every row of the table as XML, then picked out of it
+        "xml_of_a_table",
+        "SELECT xpath('//password_hash/text()', table_to_xml('users', true, false, '')) AS t",
+        "table_to_xml(...)",
+    ),
 ]
 
 
@@ -210,6 +215,29 @@ async def test_a_use_that_would_tell_the_value_is_refused(
     assert body["error"]["code"] == "PERMISSION_DENIED", label
     assert body["error"]["context"]["rule"] == "sensitive_column"
     assert body["error"]["context"]["column"].endswith(column)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT table_to_xml('users', true, false, '') AS x",
+        "SELECT schema_to_xml('public', true, false, '') AS x",
+        "SELECT database_to_xml(true, false, '') AS x",
+        "SELECT * FROM table_to_xml('users', true, false, '') AS x",
+    ],
+)
+async def test_a_table_as_xml_is_redacted(rdsn: str, sql: str) -> None:
+    """attack3 F20: table_to_xml and its kin return every column of what they name; which
+    ones is not followed, so their value is redacted, or the use refused (in FROM), and an
+    error on the way is scrubbed. Without libxml PostgreSQL refuses the call."""
+    async with connect(rdsn) as client:
+        result = await client.call_tool("execute_query", {"sql": sql})
+    out = result.structured_content
+    assert out is not None
+    _clean(out)  # no secret, whatever the outcome
+    if not result.is_error:
+        assert out["rows"] == [["[REDACTED]"]], out
+        assert "redacted sensitive columns" in out["note"], out
 
 
 async def test_where_clause_cannot_be_an_oracle(rdsn: str) -> None:

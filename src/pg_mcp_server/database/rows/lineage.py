@@ -33,6 +33,7 @@ from pg_mcp_server.database.rows.redaction import (
     SETTINGS_FUNCTIONS,
     STATISTICS_COLUMNS,
     VIEW_DEPTH,
+    XML_READERS,
     Facts,
     Key,
     Relation,
@@ -260,6 +261,9 @@ class Analysis:
                 if self.strict:  # its value is a setting's, not a carrier of one
                     self.test({"List": {"items": body.get("args", [])}})
                 return True
+            if name in XML_READERS:
+                self.reads_sensitive = True
+                return True
             if name == "count" or name in CARRIERS:
                 tainted = any([self.value(a) for a in body.get("args", [])])
                 for part in ("agg_order", "agg_filter", "over"):
@@ -296,6 +300,10 @@ class Analysis:
                 self.value(node)
                 return
             if name in SETTINGS_FUNCTIONS and self._settings_call(name, body):
+                self.reads_sensitive = True
+                if self.strict:
+                    raise _refuse("computes on, filters or sorts by", f"{name}(...)")
+            if name in XML_READERS:
                 self.reads_sensitive = True
                 if self.strict:
                     raise _refuse("computes on, filters or sorts by", f"{name}(...)")
@@ -577,10 +585,9 @@ class Analysis:
             if found and found[0] == "FuncCall":
                 fname = names(found[1]["funcname"])[-1]
                 labels.append(fname)
-                if (
-                    self._catalog_function(found[1])
-                    and fname in SETTINGS_FUNCTIONS
-                    and self._settings_call(fname, found[1])
+                if self._catalog_function(found[1]) and (
+                    (fname in SETTINGS_FUNCTIONS and self._settings_call(fname, found[1]))
+                    or fname in XML_READERS
                 ):
                     self.reads_sensitive = True
                     tainted = True

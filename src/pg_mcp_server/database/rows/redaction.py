@@ -70,6 +70,22 @@ STATISTICS_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
     ("pg_catalog", "pg_statistic_ext_data"): frozenset({"stxdmcv", "stxdexpr"}),
 }
 SETTINGS_FUNCTIONS = frozenset({"current_setting", "pg_show_all_settings", "pg_file_settings"})
+# Functions whose value is every row of the relation, schema or database (or query) they
+# name, as XML: with redaction on, their values are sensitive, whatever they name (which
+# columns the XML holds is not followed; select the columns instead). attack3 F20.
+XML_READERS = frozenset(
+    {
+        "table_to_xml",
+        "table_to_xml_and_xmlschema",
+        "schema_to_xml",
+        "schema_to_xml_and_xmlschema",
+        "database_to_xml",
+        "database_to_xml_and_xmlschema",
+        "query_to_xml",
+        "query_to_xml_and_xmlschema",
+        "cursor_to_xml",
+    }
+)
 # Settings that hold credentials; a caller's current_setting('<other>') is harmless.
 CREDENTIAL_SETTINGS = frozenset({"primary_conninfo", "ssl_passphrase_command"})
 
