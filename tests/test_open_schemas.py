@@ -34,6 +34,8 @@ from pgbed import PgServer
 from wire import pgbouncer
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.guard.gate import SqlGuard
+from pg_mcp_server.database.pool.engine import Database
 from pg_mcp_server.server import build_server
 
 SETUP = """
@@ -407,3 +409,33 @@ async def test_a_body_on_its_own_path_through_an_open_schema_off_the_sessions_pa
         assert "app.count_x_public" in body["error"]["context"]["culprit"], body
         out = await call(client, "execute_query", sql="SELECT app.count_x_app() AS n")
         assert records(out) == [{"n": 1}]
+
+
+async def test_while_an_open_schema_stays_names_past_it_are_qualified_too(bed: Bed) -> None:
+    """attack3 F17: a statement that uses a trusted object of public by an unqualified name
+    keeps public on its path; a relation name that resolves in a later schema (app.items, on
+    the path public, app) must then be written with its schema too, or a view of that name
+    planted in public between the check and the parse would be read instead. What the guard
+    hands on to run says so (and what it judged is what runs)."""
+    reader = bed.reader.split("://", 1)[1].split("@", 1)[0]
+    await execute(
+        bed.admin,
+        f"ALTER ROLE {reader} SET search_path = public, app; "
+        "CREATE TABLE app.only_here (id int); INSERT INTO app.only_here VALUES (7); "
+        f"GRANT SELECT ON app.only_here TO {reader}",
+    )
+    sql = "SELECT trusted_triple(id) AS v, current_setting('search_path') AS path FROM only_here"
+    db = Database(Settings.load(database={"dsn": bed.reader, "pool_size": 1}).database)
+    guard = SqlGuard()
+
+    async def check(conn: asyncpg.Connection) -> str:
+        return await guard.check(sql, conn)
+
+    try:
+        ran = await db.run(check, None, explicit=True)
+    finally:
+        await db.dispose()
+    assert "app.only_here" in ran, ran
+    async with server(bed.reader) as client:
+        rows = records(await call(client, "execute_query", sql=sql))
+    assert rows[0]["v"] == 21 and "public" in rows[0]["path"], rows  # public was kept

@@ -150,6 +150,11 @@ def run_path(
     scout.run()
     drop = set(open_here) - scout.kept
     qualify = {key: nsp for key, nsp in scout.qualify.items() if nsp in drop}
+    if scout.kept:
+        # An open schema stays on the path: a relation or type name that resolves in a later
+        # schema is written with it too, or one planted in the open schema between the check
+        # and the parse would be read instead (attack3 F17).
+        qualify.update(scout.resolved)
     return tuple(nsp for nsp in c.path if nsp not in drop), qualify
 
 
@@ -221,6 +226,9 @@ class _Walk:
         # The statement's relation and type names found first in an open schema: qualified
         # with it rather than keeping it (see run_path).
         self.qualify: dict[tuple[str, str], int] = {}
+        # ... and where every one of them is found first, whatever the schema: all are
+        # qualified when an open schema stays on the path (see run_path).
+        self.resolved: dict[tuple[str, str], int] = {}
         # `clean`'s walk records every edge instead of skipping clean built-ins.
         self.record = record
         self.clean = clean(judge) if record is None else frozenset()
@@ -306,6 +314,8 @@ class _Walk:
         for nsp in schemas:
             typ = self.c.types_named.get((nsp, name))
             if typ is not None:
+                if qualifiable and schema is None and self.scout is not None:
+                    self.resolved[(TYPE, name)] = nsp
                 if qualifiable and schema is None and self.scout and nsp in self.scout:
                     self.qualify[(TYPE, name)] = nsp
                 else:
@@ -340,6 +350,8 @@ class _Walk:
                 continue
             found = self.relations.named[key]
             if found:
+                if qualifiable and schema is None and self.scout is not None:
+                    self.resolved[(RELATION, name)] = nsp
                 if qualifiable and schema is None and self.scout and nsp in self.scout:
                     self.qualify[(RELATION, name)] = nsp
                 else:
