@@ -91,6 +91,22 @@ def test_the_demo_leaves_nothing_behind(tmp_path: Path, how: signal.Signals | st
         assert "Traceback" not in server.stderr_path.read_text()
 
 
+def test_a_killed_demo_leaves_nothing_behind_either(tmp_path: Path) -> None:
+    """SIGKILL runs no exit hook, and pg_ctl daemonised the postmaster: the server's watchdog
+    (embedded._WATCH) sees the server gone, stops PostgreSQL and deletes its files. (A client
+    that kills a server slow to stop left a demo PostgreSQL running before.)"""
+    server = Server([EXECUTABLE, "--demo"], clean_env(), tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        pids, files = demo_processes(server)
+        server.proc.kill()
+        server.proc.wait(timeout=10)
+        assert wait_for(lambda: all(gone(pid) for pid in pids), 20), "PostgreSQL outlived it"
+        assert wait_for(lambda: not files.exists(), DELETED_S), "the demo's files were kept"
+    finally:
+        server.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

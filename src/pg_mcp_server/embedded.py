@@ -178,6 +178,55 @@ def _delete_detached(path: Path) -> bool:
 
 _DELETE = "import shutil, sys; shutil.rmtree(sys.argv[1], ignore_errors=True)"
 
+# A watchdog of its own for every server: pg_ctl daemonises the postmaster, so a process that
+# ends without running its exit hooks (SIGKILL, or a client that kills a server slow to stop)
+# would leave PostgreSQL running and its files behind. It waits for this process or the
+# postmaster to end (psutil checks start times, so a reused pid is not mistaken for either);
+# if this process went first, it stops the postmaster (SIGQUIT, as stop() does) and deletes
+# the files. It gets no environment but PATH: nothing secret reaches it.
+_WATCH = """
+import shutil, signal, sys, time
+import psutil
+
+def find(pid):
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+def alive(process):
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+owner, postmaster = find(int(sys.argv[1])), find(int(sys.argv[2]))
+while owner is not None and postmaster is not None and alive(owner) and alive(postmaster):
+    time.sleep(0.5)
+if postmaster is not None and alive(postmaster) and not (owner is not None and alive(owner)):
+    try:
+        postmaster.send_signal(signal.SIGQUIT)
+        postmaster.wait(10)
+    except psutil.TimeoutExpired:
+        postmaster.kill()
+    except psutil.Error:
+        pass
+    shutil.rmtree(sys.argv[3], ignore_errors=True)
+"""
+
+
+def _watch(postmaster: int, root: Path) -> None:
+    """Start the watchdog of a server this process started (see _WATCH)."""
+    with contextlib.suppress(OSError):
+        subprocess.Popen(
+            [sys.executable, "-c", _WATCH, str(os.getpid()), str(postmaster), str(root)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            start_new_session=True,
+        )
+
 
 def _stop_leftover(pgdata: Path) -> None:
     """A start cut short (a signal, an error) may have left a postmaster running."""
@@ -246,6 +295,7 @@ class EmbeddedPostgres:
         self.pid: int = int(info["pid"])
         self._running = True
         _live.add(self)
+        _watch(self.pid, self._root)
         _log.info("embedded PostgreSQL started (pid %s, files in %s)", self.pid, self._root)
 
     @property
