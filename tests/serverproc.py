@@ -129,12 +129,29 @@ class Server:
         raise AssertionError("no embedded PostgreSQL in the log")
 
     def close(self) -> None:
-        """Kill what is left (a test that failed): `uv run` cannot pass SIGKILL on."""
+        """Stop what is left (a test that failed, or left its server running): SIGTERM first,
+        as a user would, so that the server stops its embedded PostgreSQL (pg_ctl made the
+        postmaster no child of it); then SIGKILL to the server's own processes (`uv run`
+        cannot pass SIGKILL on), never to the watchdog that stops PostgreSQL once they are
+        gone (embedded._WATCH)."""
         if self.proc.poll() is None:
+            servers = [self.proc.pid]
             with contextlib.suppress(psutil.NoSuchProcess):
-                for child in psutil.Process(self.proc.pid).children(recursive=True):
-                    child.kill()
-            self.proc.kill()
+                servers += [
+                    child.pid
+                    for child in psutil.Process(self.proc.pid).children(recursive=True)
+                    if any("pg-mcp-server" in part for part in child.cmdline())
+                ]
+            processes = []
+            for pid in servers:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process = psutil.Process(pid)
+                    process.terminate()
+                    processes.append(process)
+            _, alive = psutil.wait_procs(processes, timeout=10)
+            for process in alive:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
             self.proc.wait(10)
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
