@@ -33,6 +33,7 @@ from pg_mcp_server.signals import Signals, Stop
 
 if TYPE_CHECKING:
     from pg_mcp_server.database.pool.audit import RoleAudit
+    from pg_mcp_server.server import PgMcp
 
 # Where a setting can also come from a flag, its messages name both.
 FLAGS = {
@@ -348,15 +349,23 @@ def serve(settings: Settings, signals: Signals) -> None:
     import anyio
 
     from pg_mcp_server import stdio
-    from pg_mcp_server.server import build_server
+    from pg_mcp_server.server import PgMcp
 
-    server = build_server(settings, role_warnings)
-    # SIGHUP reloads the custom definitions of a service (see PgMcpServer.on_hangup).
+    server = PgMcp(settings, role_warnings)
+    server.freeze_when_loaded = True
+    # SIGHUP reloads the custom definitions of a service (see PgMcp.on_hangup).
     signals.on_hangup = server.on_hangup
     if sys.platform == "win32":  # no pipes to poll: the SDK's transport as it is
-        server.run("stdio")
+        anyio.run(_serve_sdk_stdio, server)
         return
     anyio.run(stdio.serve, server, signals, settings.server.max_request_bytes)
+
+
+async def _serve_sdk_stdio(server: PgMcp) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.server.run(read, write, server.initialization_options())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,14 +1,19 @@
 """The typed error tree: one exception class per PRD section 7 error code.
 
-Tools and the database layer raise these; `tools/registry.py` is the one place that turns them
-into an MCP tool error result. Messages and context must never carry a DSN or a password.
+Tools and the database layer raise these; `to_pg_error` is the one place anything raised
+becomes one of them, for a tool's error result (tools/registry.py) and for the JSON-RPC error
+of a read, a prompt or a completion (primitives/registry.py). Messages and context must never
+carry a DSN or a password.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Iterable
 from typing import Any, ClassVar
+
+logger = logging.getLogger(__name__)
 
 
 class PgMcpError(Exception):
@@ -96,6 +101,15 @@ class InternalError(PgMcpError):
 
     code = "INTERNAL_ERROR"
     default_suggestion = "This is a server bug; the details are in the server's log."
+
+
+def to_pg_error(exc: Exception, unexpected: str) -> PgMcpError:
+    """What `exc` means for the client: itself if it is ours, else INTERNAL_ERROR with the
+    generic message `unexpected` (the traceback goes to the log, never to the client)."""
+    if isinstance(exc, PgMcpError):
+        return exc
+    logger.error("%s", unexpected, exc_info=exc)
+    return InternalError(unexpected)
 
 
 def closest(name: str, candidates: Iterable[str], limit: int = 3) -> list[str]:

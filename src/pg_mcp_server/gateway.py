@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.lowlevel import Server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -36,7 +36,7 @@ from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.pool.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.idscan import addressee
-from pg_mcp_server.server import build_server
+from pg_mcp_server.server import PgMcp
 
 logger = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ class Gateway:
         await _respond(send, 200, {"status": "ok", "database": "reachable"})
 
 
-def sdk_app(server: MCPServer[Any], srv: ServerSettings, host: str) -> ASGIApp:
+def sdk_app(server: Server[Any], srv: ServerSettings, host: str) -> ASGIApp:
     """The SDK's stateless JSON app on /mcp, with our body limit and DNS-rebinding protection
     (the benchmark's floor is served through this too, so both are configured alike)."""
     return server.streamable_http_app(
@@ -369,8 +369,8 @@ def sdk_app(server: MCPServer[Any], srv: ServerSettings, host: str) -> ASGIApp:
 def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gateway:
     """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
     db = Database(settings.database, allow_privileged=settings.server.allow_privileged_role)
-    server = build_server(settings, role_warnings, db=db)
+    server = PgMcp(settings, role_warnings, db=db)
     server.load()  # before serving, not in the first request
-    gateway = Gateway(sdk_app(server, settings.server, settings.server.host), db, settings)
+    gateway = Gateway(sdk_app(server.server, settings.server, settings.server.host), db, settings)
     gateway.on_hangup = server.on_hangup
     return gateway

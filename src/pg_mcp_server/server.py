@@ -1,64 +1,87 @@
-"""build_server(settings) -> MCPServer: the only module that registers with the SDK.
+"""The MCP server: the SDK's low-level `Server`, its handlers fed by our one `Registry`.
+
+`PgMcp` owns what serving needs besides the SDK: the registry (built-in tools, resources,
+templates and prompts, plus the custom definitions file's, swapped in on a reload), the
+lifespan (the pool, the start-up role audit, the definitions file's watcher) and the
+list-changed notifications. Each handler is one line into the registry; the registry makes
+every answer and maps every error to the wire (primitives/registry.py).
+
+Middleware (the SDK's `Server.middleware`) does only what no handler can: `initialize` is
+answered by the SDK's runner, so the handshake's instructions (with what the role audit
+found) and its `listChanged` flags are set in `_handshake`, the way the SDK documents for
+wrapping initialization; `prompts/get` arguments that are not strings are named in our error
+before the SDK's validation refuses them with a bare "Invalid request parameters"; and
+`bounded_errors` keeps the SDK's own JSON-RPC errors from echoing unbounded input.
 
 `initialize` is answered before the tools, resources and prompts are made: they need the
 whole database layer (SQLAlchemy, pglast, the models), which is most of the start-up's CPU.
 They are made at the first request that needs them (a client's `tools/list`, sent right after
-`initialize`), or at once with `PgMcpServer.load()` (the HTTP gateway, before it serves).
+`initialize`), or at once with `PgMcp.load()` (the HTTP gateway, before it serves).
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.lowlevel.helper_types import ReadResourceContents
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
+    ListenHandler,
     PromptsListChanged,
     ResourcesListChanged,
     ToolsListChanged,
 )
 from mcp_types import (
+    CallToolRequestParams,
     CallToolResult,
-    Completion,
-    CompletionArgument,
-    CompletionContext,
+    CompleteRequestParams,
+    CompleteResult,
+    GetPromptRequestParams,
     GetPromptResult,
-    InputRequiredResult,
-    Prompt,
-    PromptReference,
-    Resource,
-    ResourceTemplate,
-    ResourceTemplateReference,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
 )
-from mcp_types import Tool as McpTool
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import AnyUrl
 
-from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.app import AppContext
 from pg_mcp_server.config import Settings, package_version
-from pg_mcp_server.middleware import bounded_errors, instructions_with_audit, unknown_tool
+from pg_mcp_server.middleware import bounded_errors
 
 if TYPE_CHECKING:
     from pg_mcp_server.custom.build import Loaded
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
     from pg_mcp_server.database.pool.engine import Database
-    from pg_mcp_server.primitives.registry import Primitives, Request
-    from pg_mcp_server.tools.registry import PgTool
+    from pg_mcp_server.primitives.registry import Registry
+    from pg_mcp_server.tools.registry import ToolDef
 
 logger = logging.getLogger(__name__)
 
 NOTIFY_S = 5.0  # for telling one client that lists changed
+FREEZE_AFTER_S = 0.2  # after the first listing, once its answer is out
+
+
+def freeze_heap() -> None:
+    """What is alive once everything is loaded (modules, the models, the registry) lives as
+    long as the process: `gc.freeze()` keeps the collector from walking it again at every full
+    collection (measured 0.4-0.6 ms of CPU per call before: bench/README.md)."""
+    gc.collect()
+    gc.freeze()
 
 INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
 1. Discover: list_schemas -> list_tables(schema_name, include_columns=true for a schema map of
@@ -78,7 +101,7 @@ Clients may also attach resources (pg://system_info, pg://settings, pg://stat/ac
 pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps."""
 
 
-def all_tools(settings: Settings) -> list[PgTool]:
+def builtin_tools(settings: Settings) -> list[ToolDef]:
     from pg_mcp_server.tools.query_tools import query_tools
     from pg_mcp_server.tools.relationship_tools import relationship_tools
     from pg_mcp_server.tools.schema_tools import schema_tools
@@ -87,14 +110,18 @@ def all_tools(settings: Settings) -> list[PgTool]:
     return [*schema_tools(schema), *relationship_tools(schema), *query_tools()]
 
 
-def all_primitives(settings: Settings, custom: Loaded | None = None) -> Primitives:
+def make_registry(
+    settings: Settings, tools: list[ToolDef] | None = None, custom: Loaded | None = None
+) -> Registry:
+    """The built-in definitions (`tools`: already made ones) and those of `custom`."""
     from pg_mcp_server.custom.build import Loaded
     from pg_mcp_server.primitives.prompts import builtin_prompts
-    from pg_mcp_server.primitives.registry import Primitives
+    from pg_mcp_server.primitives.registry import Registry
     from pg_mcp_server.primitives.resources import builtin_resources, builtin_templates
 
     custom = custom or Loaded()
-    return Primitives(
+    return Registry(
+        [*(builtin_tools(settings) if tools is None else tools), *custom.tools],
         [*builtin_resources(), *custom.resources],
         [*builtin_templates(), *custom.templates],
         [*builtin_prompts(), *custom.prompts],
@@ -106,9 +133,9 @@ def reserved(settings: Settings) -> Reserved:
     """The built-in names and URIs custom definitions may not take."""
     from pg_mcp_server.custom.specs import Reserved
 
-    builtin = all_primitives(settings)
+    builtin = make_registry(settings)
     return Reserved(
-        tools=frozenset(t.name for t in all_tools(settings)),
+        tools=frozenset(builtin.tools),
         prompts=frozenset(builtin.prompts),
         resources=frozenset(builtin.resources),
         templates=frozenset(builtin.templates),
@@ -123,148 +150,241 @@ async def check_definitions(settings: Settings) -> None:
         await check_file(settings, reserved(settings))
 
 
-# The lifespan's AppContext for the completion/complete being served: the SDK calls that
-# handler without a request context. Set by PgMcpServer._middleware.
-_serving: ContextVar[AppContext] = ContextVar("serving")
-
-
-def listed(tool: PgTool) -> McpTool:
-    """A tool as tools/list shows it (as the SDK lists the tools it holds)."""
-    return McpTool(
-        name=tool.name,
-        title=tool.title,
-        description=tool.description,
-        input_schema=tool.parameters,
-        output_schema=tool.output_schema,
-        annotations=tool.annotations,
-        icons=tool.icons,
-        _meta=tool.meta,
+def instructions(role_warnings: list[str]) -> str:
+    if not role_warnings:
+        return INSTRUCTIONS
+    return (
+        INSTRUCTIONS
+        + "\nNote: the database role has more rights than reading ("
+        + "; ".join(role_warnings)
+        + "). Queries are still refused unless read-only, but be careful with what you run."
     )
 
 
 def _lists(loaded: Loaded) -> dict[str, list[Any]]:
     """What custom definitions add to tools/list, resources/list (and templates) and
     prompts/list, to compare before and after a reload."""
-    from pg_mcp_server.primitives.registry import Primitives
+    from pg_mcp_server.primitives.registry import Registry
 
-    only = Primitives(loaded.resources, loaded.templates, loaded.prompts, "")
+    registry = Registry(loaded.tools, loaded.resources, loaded.templates, loaded.prompts, "")
     return {
-        "tools": [listed(t) for t in loaded.tools.values()],
-        "resources": [*only.resource_list(), *only.template_list()],
-        "prompts": only.prompt_list(),
+        "tools": registry.tool_list(),
+        "resources": [*registry.resource_list(), *registry.template_list()],
+        "prompts": registry.prompt_list(),
     }
 
 
-class PgMcpServer(MCPServer[AppContext]):
-    """The SDK's server, serving our tools, and resources, templates, prompts and completions
-    from one `Primitives` (built-in now, YAML-defined later), all made on first use. The
-    SDK's own managers are not used: they take their tools when the server is made (so
-    before `initialize`), a static resource gets no request context there (so no database),
-    and an unknown prompt becomes an unbounded error message with a logged traceback."""
+class PgMcp:
+    """One server: the SDK's low-level `server`, and what its handlers serve."""
 
-    def __init__(self, settings: Settings, **kwargs: Any) -> None:
-        # Ours, to publish list changes to 2026-07-28 clients (subscriptions/listen).
-        self.bus = InMemorySubscriptionBus()
-        super().__init__(subscriptions=self.bus, **kwargs)
-        self.config = settings  # (`settings` is the SDK's)
+    def __init__(
+        self,
+        settings: Settings,
+        role_warnings: list[str] | None = None,
+        db: Database | None = None,
+    ) -> None:
+        """Pass `db` to share a pool with something else (the HTTP gateway's /health); its
+        owner disposes it. Otherwise the lifespan opens and disposes its own. Without
+        `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
+        background and the handshake's instructions carry what it finds."""
+        self.settings = settings
+        self.role_warnings = role_warnings
+        self.db = db
+        # A served process (not a test's in-process server) freezes its heap once loaded.
+        self.freeze_when_loaded = False
         self.custom: CustomDefinitions | None = None
         if settings.server.custom_definitions is not None:
             from pg_mcp_server.custom.reload import CustomDefinitions
 
             self.custom = CustomDefinitions(settings, reserved(settings), self._definitions_changed)
+        # Lists change only when a definitions file is reloaded.
+        self.notifications = NotificationOptions(
+            prompts_changed=self.custom is not None,
+            resources_changed=self.custom is not None,
+            tools_changed=self.custom is not None,
+        )
+        # 2026-07-28 clients hear of list changes on subscriptions/listen streams.
+        self.bus = InMemorySubscriptionBus()
         # Clients on a stream transport (stdio), by connection, to tell of list changes.
         self._listeners: dict[int, ServerSession] = {}
-        self.middleware.append(self._middleware)
-        self.completion()(self._complete)  # type: ignore[no-untyped-call]  # SDK: untyped
+        self.server: Server[AppContext] = Server(
+            "pg-mcp-server",
+            version=package_version(),
+            title="PostgreSQL MCP server",
+            instructions=instructions(role_warnings or []),
+            lifespan=self._lifespan,
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read_resource,
+            on_list_prompts=self._list_prompts,
+            on_get_prompt=self._get_prompt,
+            on_completion=self._complete,
+            on_subscriptions_listen=ListenHandler(self.bus),
+        )
+        self.server.middleware.extend([bounded_errors, self._handshake, self._prompt_arguments])
+
+    # --- what is served
 
     @cached_property
-    def tools(self) -> dict[str, PgTool]:
-        return {tool.name: tool for tool in all_tools(self.config)}
+    def tools(self) -> list[ToolDef]:
+        """The built-in tools, made once (a reload makes only the custom ones again)."""
+        return builtin_tools(self.settings)
 
     @cached_property
-    def primitives(self) -> Primitives:
-        return all_primitives(self.config)
+    def registry(self) -> Registry:
+        """Made again after a reload, at the first request that needs it."""
+        return make_registry(
+            self.settings, self.tools, self.custom.current if self.custom else None
+        )
 
     def load(self) -> None:
         """Make the tools, resources and prompts now rather than at the first request."""
-        _ = self.tools, self.primitives
+        _ = self.registry
 
-    def serves_tool(self, name: str) -> bool:
-        """Whether `name` is one of our tools (built-in or, as now loaded, custom)."""
-        return name in self.tools or (self.custom is not None and name in self.custom.current.tools)
+    def initialization_options(self) -> InitializationOptions:
+        """For a transport that runs the server itself (stdio)."""
+        return self.server.create_initialization_options(self.notifications)
 
-    async def list_tools(self) -> list[McpTool]:
-        custom = self.custom.current.tools.values() if self.custom else ()
-        return [
-            *(listed(tool) for tool in self.tools.values()),
-            *(listed(tool) for tool in custom),
-            *await super().list_tools(),
-        ]
+    def on_hangup(self) -> bool:
+        """The SIGHUP hook: True when it reloads the custom definitions (a service with a
+        definitions file), False when SIGHUP should end the server (a closed terminal)."""
+        return self.custom is not None and self.custom.on_hangup()
 
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any], context: Context[AppContext, Any] | None = None
-    ) -> CallToolResult | InputRequiredResult:
-        tool = self.tools.get(name)
-        if tool is None and self.custom is not None:
-            tool = self.custom.current.tools.get(name)
-        if tool is None:  # one added to the SDK's own manager (server.tool()), or none
-            return await super().call_tool(name, arguments, context)
-        if context is None:
-            raise ToolError(f"{name} needs a request context")
-        result: CallToolResult | InputRequiredResult = await tool.run(
-            arguments, context, convert_result=True
+    @asynccontextmanager
+    async def _lifespan(self, _: Server[AppContext]) -> AsyncIterator[AppContext]:
+        audit = None
+        if self.role_warnings is None:
+            from pg_mcp_server.database.pool.audit import RoleAudit
+
+            audit = RoleAudit()
+        app = AppContext(
+            self.settings, self.db, sensitive=self.settings.server.sensitive_regex(), audit=audit
         )
-        return result
-
-    async def _middleware(
-        self, ctx: ServerRequestContext[AppContext, Any], call_next: CallNext
-    ) -> HandlerResult:
-        """Runs before the SDK validates a request's params."""
-        if self.custom is not None:
-            self._listen(ctx)
-        if ctx.method == "prompts/get":
-            # A non-string argument would get the SDK's bare "Invalid request parameters".
-            self.primitives.check_prompt_request(ctx.params)
-        if ctx.method in ("initialize", "server/discover"):
-            return self._advertise(await call_next(ctx))
-        if ctx.method != "completion/complete":
-            return await call_next(ctx)
-        token = _serving.set(ctx.lifespan_context)
         try:
-            return await call_next(ctx)
+            if self.custom is not None:
+                await self.custom.start(app.db)
+            async with anyio.create_task_group() as background:
+                if audit is not None:
+                    background.start_soon(audit.run_alone, self.settings.database)
+                yield app
+                background.cancel_scope.cancel()
         finally:
-            _serving.reset(token)
+            if self.custom is not None:
+                await self.custom.stop()
+            await app.close()
 
-    def _advertise(self, result: HandlerResult) -> HandlerResult:
-        """listChanged in the capabilities exactly when a definitions file is served (the
-        lists change only when it is reloaded)."""
-        capabilities = result.get("capabilities") if isinstance(result, dict) else None
+    # --- handlers: one line each into the registry
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        tool = self.registry.tools.get(name)
+        return None if tool is None else tool.input_schema
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        self._listen(ctx)
+        return ListToolsResult(tools=self.registry.tool_list())
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[AppContext], params: CallToolRequestParams
+    ) -> CallToolResult:
+        self._listen(ctx)
+        return await self.registry.call_tool(
+            params.name, params.arguments or {}, ctx.lifespan_context
+        )
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        self._listen(ctx)
+        return ListResourcesResult(resources=self.registry.resource_list())
+
+    async def _list_templates(
+        self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
+    ) -> ListResourceTemplatesResult:
+        self._listen(ctx)
+        return ListResourceTemplatesResult(resource_templates=self.registry.template_list())
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[AppContext], params: ReadResourceRequestParams
+    ) -> ReadResourceResult:
+        self._listen(ctx)
+        return await self.registry.read(str(params.uri), ctx.lifespan_context)
+
+    async def _list_prompts(
+        self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
+    ) -> ListPromptsResult:
+        self._listen(ctx)
+        return ListPromptsResult(prompts=self.registry.prompt_list())
+
+    async def _get_prompt(
+        self, ctx: ServerRequestContext[AppContext], params: GetPromptRequestParams
+    ) -> GetPromptResult:
+        self._listen(ctx)
+        return await self.registry.get_prompt(params.name, params.arguments, ctx.lifespan_context)
+
+    async def _complete(
+        self, ctx: ServerRequestContext[AppContext], params: CompleteRequestParams
+    ) -> CompleteResult:
+        self._listen(ctx)
+        given = (params.context.arguments if params.context else None) or {}
+        argument = params.argument
+        completion = await self.registry.complete(
+            params.ref, argument.name, argument.value, given, ctx.lifespan_context
+        )
+        return CompleteResult(completion=completion)
+
+    # --- middleware (see the module docstring)
+
+    async def _handshake(
+        self, ctx: ServerRequestContext[AppContext], call_next: CallNext
+    ) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method not in ("initialize", "server/discover") or not isinstance(result, dict):
+            return result
+        capabilities = result.get("capabilities")
         for kind in ("tools", "resources", "prompts"):
             entry = capabilities.get(kind) if isinstance(capabilities, dict) else None
             if isinstance(entry, dict):
                 entry["listChanged"] = self.custom is not None
+        audit = ctx.lifespan_context.audit
+        if audit is not None and (found := await audit.wait()):
+            result = {**result, "instructions": instructions(found)}
         return result
 
-    def _listen(self, ctx: ServerRequestContext[AppContext, Any]) -> None:
+    async def _prompt_arguments(
+        self, ctx: ServerRequestContext[AppContext], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method == "prompts/get":
+            self.registry.check_prompt_request(ctx.params)
+        return await call_next(ctx)
+
+    # --- list changes
+
+    def _listen(self, ctx: ServerRequestContext[AppContext]) -> None:
         """Keep a stream connection's session to notify (HTTP is stateless, and 2026-07-28
         clients listen through subscriptions/listen instead)."""
+        if self.custom is None:
+            return
         client = ctx.session.client_params
         stream = ctx.request is None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
         if stream and client is not None:
             self._listeners[id(client)] = ctx.session
 
     async def _definitions_changed(self, old: Loaded, new: Loaded) -> None:
+        vars(self).pop("registry", None)  # `self.custom.current` is `new` now
         before, after = _lists(old), _lists(new)
-        self.primitives = all_primitives(self.config, new)
         changed = [kind for kind in before if before[kind] != after[kind]]
+        events: dict[str, ToolsListChanged | ResourcesListChanged | PromptsListChanged] = {
+            "tools": ToolsListChanged(),
+            "resources": ResourcesListChanged(),
+            "prompts": PromptsListChanged(),
+        }
         for kind in changed:
-            await self.bus.publish(
-                ToolsListChanged()
-                if kind == "tools"
-                else ResourcesListChanged()
-                if kind == "resources"
-                else PromptsListChanged()
-            )
+            await self.bus.publish(events[kind])
         for key, session in list(self._listeners.items()):
             try:
                 with anyio.fail_after(NOTIFY_S):
@@ -278,115 +398,9 @@ class PgMcpServer(MCPServer[AppContext]):
                 logger.debug("list_changed not sent: %s", type(exc).__name__)
                 self._listeners.pop(key, None)
 
-    def on_hangup(self) -> bool:
-        """The SIGHUP hook: True when it reloads the custom definitions (a service with a
-        definitions file), False when SIGHUP should end the server (a closed terminal)."""
-        return self.custom is not None and self.custom.on_hangup()
-
-    def _request(self, context: Context[AppContext, Any] | None) -> Request:
-        from pg_mcp_server.primitives.registry import Request
-
-        assert context is not None, "resources and prompts are served within a request"
-
-        async def call_tool(name: str, arguments: dict[str, Any]) -> CallToolResult:
-            result = await self.call_tool(name, arguments, context)
-            assert isinstance(result, CallToolResult)
-            return result
-
-        async def read_resource(uri: str) -> list[ReadResourceContents]:
-            return await self.primitives.read(uri, request)
-
-        request = Request(app_context(context), call_tool, read_resource)
-        return request
-
-    async def list_resources(self) -> list[Resource]:
-        return self.primitives.resource_list()
-
-    async def list_resource_templates(self) -> list[ResourceTemplate]:
-        return self.primitives.template_list()
-
-    async def list_prompts(self) -> list[Prompt]:
-        return self.primitives.prompt_list()
-
-    async def read_resource(
-        self, uri: AnyUrl | str, context: Context[AppContext, Any] | None = None
-    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
-        return await self.primitives.read(str(uri), self._request(context))
-
-    async def get_prompt(
-        self,
-        name: str,
-        arguments: dict[str, Any] | None = None,
-        context: Context[AppContext, Any] | None = None,
-    ) -> GetPromptResult | InputRequiredResult:
-        return await self.primitives.get_prompt(name, arguments, self._request(context))
-
-    async def _complete(
-        self,
-        ref: PromptReference | ResourceTemplateReference,
-        argument: CompletionArgument,
-        context: CompletionContext | None,
-    ) -> Completion:
-        given = (context.arguments if context else None) or {}
-        return await self.primitives.complete(
-            ref, argument.name, argument.value, given, _serving.get()
-        )
-
-
-def instructions(role_warnings: list[str]) -> str:
-    if not role_warnings:
-        return INSTRUCTIONS
-    return (
-        INSTRUCTIONS
-        + "\nNote: the database role has more rights than reading ("
-        + "; ".join(role_warnings)
-        + "). Queries are still refused unless read-only, but be careful with what you run."
-    )
-
 
 def build_server(
     settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
-) -> PgMcpServer:
-    """The MCP server. Pass `db` to share a pool with something else (the HTTP gateway's
-    /health); its owner disposes it. Otherwise the lifespan opens and disposes its own.
-    Without `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
-    background and the instructions carry what it finds (middleware.py)."""
-
-    @asynccontextmanager
-    async def lifespan(_: MCPServer[AppContext]) -> AsyncIterator[AppContext]:
-        audit = None
-        if role_warnings is None:
-            from pg_mcp_server.database.pool.audit import RoleAudit
-
-            audit = RoleAudit()
-        app = AppContext(settings, db, sensitive=settings.server.sensitive_regex(), audit=audit)
-        try:
-            if server.custom is not None:
-                await server.custom.start(app.db)
-            async with anyio.create_task_group() as background:
-                if audit is not None:
-                    background.start_soon(audit.run_alone, settings.database)
-                yield app
-                background.cancel_scope.cancel()
-        finally:
-            if server.custom is not None:
-                await server.custom.stop()
-            await app.close()
-
-    server = PgMcpServer(
-        settings,
-        name="pg-mcp-server",
-        title="PostgreSQL MCP server",
-        version=package_version(),
-        instructions=instructions(role_warnings or []),
-        lifespan=lifespan,
-        log_level=settings.server.log_level,
-    )
-    server.middleware.extend(
-        [
-            bounded_errors,
-            instructions_with_audit(instructions),
-            unknown_tool(server, server.serves_tool),
-        ]
-    )
-    return server
+) -> Server[AppContext]:
+    """The SDK server of a `PgMcp` (what `mcp.Client(...)` connects to in process)."""
+    return PgMcp(settings, role_warnings, db).server

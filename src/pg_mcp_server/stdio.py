@@ -1,18 +1,21 @@
-"""The stdio transport: the SDK's own, behind a thin layer that owns the process's stdin and stdout.
+"""The stdio transport: the process's stdin and stdout, read and written from the event loop,
+carrying messages to and from the SDK's low-level `Server.run` over in-memory streams.
 
-The SDK's transport reads stdin in a worker thread that nothing but end-of-input stops (so
-Ctrl-C waited for EOF), drops malformed messages without an answer, and cancels requests still
-running when input ends. So before it claims fd 0 and 1, both are moved behind pipes of ours:
+    client --stdin-->  [each line checked; malformed ones answered]  --stream-->  Server.run
+    client <--stdout-- [whole lines only, our answers between them]  <--stream--  Server.run
 
-    client --stdin-->  [each line checked; malformed ones answered]  --pipe-->  SDK (fd 0)
-    client <--stdout-- [whole lines only, our answers between them]  <--pipe--  SDK (fd 1)
+The SDK's own stdio transport reads stdin in a worker thread that nothing but end-of-input
+stops (so Ctrl-C waited for EOF), drops malformed messages without an answer, cancels requests
+still running when input ends, and hops threads twice per message (most of a small call's
+CPU: bench/README.md). Here stdin is waited on in the event loop (no thread, except for a
+regular file, which never blocks); stdout is written at once when the pipe has room, else by a
+writer thread (a client that reads slowly must not block the loop). While serving, fd 0 reads
+the null device and fd 1 goes to stderr, so children and stray prints never touch the wire.
 
-To stop the server we close the SDK's input pipe: it sees end-of-input and ends the session as if
-the client had gone, without a thread left blocked on the real stdin. Requests still unanswered
-get a short grace, then an error answer of ours, so every request with an id is answered.
-Reading the real stdin needs no thread (it is waited on in the event loop), except for a
-regular file, which never blocks. A line longer than the limit is not kept: it is read through
-for its id (idscan.py), wherever in the line the id is, and answered with -32600.
+To stop, the server's input stream is closed: it ends the session as if the client had gone.
+Requests still unanswered get a short grace, then an error answer of ours, so every request
+with an id is answered. A line longer than the limit is not kept: it is read through for its
+id (idscan.py), wherever in the line the id is, and answered with -32600.
 """
 
 from __future__ import annotations
@@ -21,26 +24,35 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import queue
-import re
 import select
 import struct
 import termios
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import anyio
-from mcp.server.mcpserver import MCPServer
-from mcp_types import ErrorData, JSONRPCError
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCResponse,
+    jsonrpc_message_adapter,
+)
+from pydantic import ValidationError
 
 from pg_mcp_server import envelope
 from pg_mcp_server.idscan import Addressee
 from pg_mcp_server.signals import Signals
+
+if TYPE_CHECKING:
+    from pg_mcp_server.server import PgMcp
 
 logger = logging.getLogger(__name__)
 
@@ -50,30 +62,9 @@ SHUTDOWN = -32000  # implementation-defined JSON-RPC error: answered by nobody e
 CHUNK = 65536
 PIPE_SIZE = 1 << 20  # the most an unprivileged process may ask for (fs.pipe-max-size)
 
-# The SDK writes a response as {"jsonrpc":"2.0","id":...,"result"|"error":...}: its id is read
-# from the first bytes instead of parsing a result that can be megabytes long.
-_RESPONSE_ID = re.compile(rb'\{"jsonrpc":"2\.0","id":(-?\d+|"(?:[^"\\]|\\.)*"),"(?:result|error)":')
-
 
 def _key(request_id: int | str) -> tuple[type, int | str]:
     return (type(request_id), request_id)
-
-
-def _response_id(line: bytes) -> int | str | None:
-    match = _RESPONSE_ID.match(line)
-    if match is not None:
-        value: int | str = json.loads(match.group(1))
-        return value
-    if b'"id"' not in line:
-        return None
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(message, dict) and ("result" in message or "error" in message):
-        found = message.get("id")
-        return found if isinstance(found, int | str) and not isinstance(found, bool) else None
-    return None
 
 
 def _room(fd: int) -> int:
@@ -139,6 +130,9 @@ class _Writer:
         self._queue.put(None)
 
 
+Inbound = MemoryObjectSendStream[SessionMessage | Exception]
+
+
 class _Session:
     def __init__(self, wire_in: int, writer: _Writer, max_line: int, stop: anyio.Event) -> None:
         self.wire_in = wire_in
@@ -149,18 +143,20 @@ class _Session:
         self.answered = anyio.Event()  # set whenever a response goes out
         self.reading = anyio.CancelScope()
         self.read_done = anyio.Event()
-        self.out_rest = b""  # SDK output after its last newline so far
+        self.written = anyio.Event()  # the server's output has ended
 
-    # -- client -> SDK ------------------------------------------------------------------
-    async def pump_in(self, sdk_in: int) -> None:
+    # -- client -> server ---------------------------------------------------------------
+    async def pump_in(self, inbound: Inbound) -> None:
         try:
             with self.reading:
-                await self._pump_in(sdk_in)
+                await self._pump_in(inbound)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            logger.debug("stdin: the server stopped reading")
         finally:
             self.read_done.set()
         self.stop.set()
 
-    async def _pump_in(self, sdk_in: int) -> None:
+    async def _pump_in(self, inbound: Inbound) -> None:
         buffer = b""
         # Inside a line longer than max_line: it is not kept, only read for whom to answer.
         too_long: Addressee | None = None
@@ -175,7 +171,7 @@ class _Session:
             buffer += chunk
             while (end := buffer.find(b"\n")) >= 0:
                 line, buffer = buffer[:end], buffer[end + 1 :]
-                await self._line(line, sdk_in)
+                await self._line(line, inbound)
             if len(buffer) > self.max_line:
                 too_long = Addressee()
                 too_long.feed(buffer)
@@ -183,10 +179,10 @@ class _Session:
         if too_long is not None:
             self._too_long(too_long)
         elif buffer.strip():
-            await self._line(buffer, sdk_in)
+            await self._line(buffer, inbound)
         logger.debug("stdin: end of input")
 
-    async def _line(self, line: bytes, sdk_in: int) -> None:
+    async def _line(self, line: bytes, inbound: Inbound) -> None:
         if not line.strip():
             return
         if len(line) > self.max_line:  # completed by the chunk that took it over the limit
@@ -198,9 +194,18 @@ class _Session:
         if rejection is not None:
             self._reject(rejection)
             return
-        if "method" in message and "id" in message:
-            self.pending[_key(message["id"])] += 1
-        await _write_all(sdk_in, line + b"\n")
+        request_id = message.get("id") if "method" in message else None
+        try:
+            parsed = jsonrpc_message_adapter.validate_python(message, by_name=False)
+        except ValidationError:
+            # The envelope was sound (envelope.py), so only a bad member is left.
+            problem = "The message is not a valid JSON-RPC request, notification or response."
+            bad = envelope.Rejection(INVALID_REQUEST, problem, request_id, request_id is not None)
+            self._reject(bad)
+            return
+        if request_id is not None:
+            self.pending[_key(request_id)] += 1
+        await inbound.send(SessionMessage(parsed))
 
     def _too_long(self, scan: Addressee) -> None:
         self._reject(envelope.too_long(self.max_line, *scan.verdict()))
@@ -210,28 +215,20 @@ class _Session:
         if rejection.answer:
             self.writer.put(rejection.response() + b"\n")
 
-    # -- SDK -> client ------------------------------------------------------------------
-    async def pump_out(self, sdk_out: int) -> None:
-        while True:
-            await anyio.wait_readable(sdk_out)
-            self.out_rest = self._forward(self.out_rest + _read_available(sdk_out))
-
-    def drain(self, sdk_out: int) -> None:
-        """What the SDK wrote before it returned, forwarded (its session has ended)."""
-        rest = self._forward(self.out_rest + _read_available(sdk_out))
-        if rest:
-            self._forward(rest + b"\n")
-        self.out_rest = b""
-
-    def _forward(self, data: bytes) -> bytes:
-        *lines, rest = data.split(b"\n")
-        for line in lines:
-            request_id = _response_id(line)
-            if request_id is not None and self.pending[_key(request_id)] > 0:
-                self.pending[_key(request_id)] -= 1
-                self.answered.set()
-            self.writer.put(line + b"\n")
-        return rest
+    # -- server -> client ---------------------------------------------------------------
+    async def pump_out(self, outbound: MemoryObjectReceiveStream[SessionMessage]) -> None:
+        try:
+            async for sent in outbound:
+                message = sent.message
+                line = message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+                if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
+                    key = _key(message.id)
+                    if self.pending[key] > 0:
+                        self.pending[key] -= 1
+                        self.answered.set()
+                self.writer.put(line + b"\n")
+        finally:
+            self.written.set()
 
     # -- stopping -----------------------------------------------------------------------
     def unanswered(self) -> int:
@@ -279,60 +276,30 @@ async def _read(fd: int) -> AsyncIterator[bytes]:
         yield data
 
 
-def _read_available(fd: int) -> bytes:
-    chunks = []
-    with contextlib.suppress(BlockingIOError):
-        while data := os.read(fd, CHUNK):
-            chunks.append(data)
-    return b"".join(chunks)
-
-
-async def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            await anyio.wait_writable(fd)
-
-
-class _Pipes:
-    """fd 0 and 1 moved behind pipes of ours, for the SDK's transport to claim: `wire_in` and
-    `wire_out` are the client's stdin and stdout, `sdk_in` what the SDK reads, `sdk_out` what
-    it writes (both ours, so non-blocking)."""
+class _Wires:
+    """The client's stdin and stdout (`wire_in`, `wire_out`) on descriptors of ours; fd 0
+    reads the null device and fd 1 writes to stderr while serving."""
 
     def __init__(self) -> None:
         self.wire_in, self.wire_out = os.dup(0), os.dup(1)
-        sdk_reads, self.sdk_in = os.pipe()
-        self.sdk_out, sdk_writes = os.pipe()
-        os.dup2(sdk_reads, 0)
-        os.dup2(sdk_writes, 1)
-        os.close(sdk_reads)
-        os.close(sdk_writes)
-        os.set_blocking(self.sdk_in, False)
-        os.set_blocking(self.sdk_out, False)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
         # Room for a large answer in one write (a 100-row result is ~100 KB; a pipe holds 64 KB
-        # by default): fewer hand-offs to the writer thread and wake-ups of the SDK's.
-        for fd in (self.sdk_out, self.wire_out):
-            with contextlib.suppress(OSError, AttributeError):  # not a pipe, or not Linux
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
-
-    def end_sdk_input(self) -> None:
-        """The SDK reads end-of-input and ends its session as if the client had gone."""
-        os.close(self.sdk_in)
-        self.sdk_in = -1
+        # by default): fewer hand-offs to the writer thread.
+        with contextlib.suppress(OSError, AttributeError):  # not a pipe, or not Linux
+            fcntl.fcntl(self.wire_out, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
     def restore(self) -> None:
         """The client's descriptors back on fd 0 and 1. (`wire_out` stays open: the writer
         thread may still be writing to it.)"""
         os.dup2(self.wire_in, 0)
         os.dup2(self.wire_out, 1)
-        for fd in (self.wire_in, self.sdk_in, self.sdk_out):
-            if fd >= 0:
-                os.close(fd)
+        os.close(self.wire_in)
 
 
-async def serve(server: MCPServer[Any], signals: Signals, max_line: int) -> None:
+async def serve(server: PgMcp, signals: Signals, max_line: int) -> None:
     """Serve `server` on this process's stdin and stdout until end of input or a stop signal."""
     loop = asyncio.get_running_loop()
     stop = anyio.Event()
@@ -340,9 +307,11 @@ async def serve(server: MCPServer[Any], signals: Signals, max_line: int) -> None
     def request_stop(*_: object) -> None:  # from a signal handler or the writer thread
         loop.call_soon_threadsafe(stop.set)
 
-    pipes = _Pipes()
-    writer = _Writer(pipes.wire_out, request_stop)
-    session = _Session(pipes.wire_in, writer, max_line, stop)
+    wires = _Wires()
+    writer = _Writer(wires.wire_out, request_stop)
+    session = _Session(wires.wire_in, writer, max_line, stop)
+    inbound, server_in = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    server_out, outbound = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         async with anyio.create_task_group() as tasks, signals.serving(request_stop):
             run = anyio.CancelScope()
@@ -352,22 +321,24 @@ async def serve(server: MCPServer[Any], signals: Signals, max_line: int) -> None
                 signals.stopping()
                 await session.settle(GRACE_S)
                 session.reading.cancel()
-                await session.read_done.wait()  # nothing writes to sdk_in any more
-                pipes.end_sdk_input()
+                await session.read_done.wait()  # nothing is sent to the server any more
+                await inbound.aclose()  # the server sees the end of input
                 run.deadline = anyio.current_time() + STOP_S
 
-            tasks.start_soon(session.pump_in, pipes.sdk_in)
-            tasks.start_soon(session.pump_out, pipes.sdk_out)
+            tasks.start_soon(session.pump_in, inbound)
+            tasks.start_soon(session.pump_out, outbound)
             tasks.start_soon(supervise)
             with run:
-                await server.run_stdio_async()
+                await server.server.run(server_in, server_out, server.initialization_options())
             if run.cancelled_caught:
                 logger.warning("the MCP session did not end within %s s; cut short", STOP_S)
+            await server_out.aclose()
+            with anyio.move_on_after(STOP_S):
+                await session.written.wait()  # what the server wrote before it returned
             tasks.cancel_scope.cancel()
-        session.drain(pipes.sdk_out)
         session.answer_the_rest()
         await writer.drained(1.0)
     finally:
         signals.stopping()
         writer.close()
-        pipes.restore()
+        wires.restore()

@@ -82,9 +82,11 @@ def _uvicorn(
     import uvicorn
 
     from pg_mcp_server.gateway import http_app
+    from pg_mcp_server.server import freeze_heap
 
     srv = settings.server
     app = http_app(settings, role_warnings)
+    freeze_heap()  # everything the app needs is loaded (see PgMcp.load)
     config = uvicorn.Config(
         app,
         host=srv.host,

@@ -1,6 +1,6 @@
-"""Custom definitions as the same values the built-ins are: `PgTool`s made by `make_tool`
-(results and errors made in tools/registry.py), and `ResourceDef`, `TemplateDef` and
-`PromptDef`s served by the one `Primitives` registry (primitives/registry.py)."""
+"""Custom definitions as the same values the built-ins are: `ToolDef`s (results and errors
+made in tools/registry.py), and `ResourceDef`, `TemplateDef` and `PromptDef`s, served by the
+one `Registry` (primitives/registry.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from typing import Any
 
 import asyncpg
 from jsonschema import Draft202012Validator
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp_types import (
     CallToolResult,
     EmbeddedResource,
@@ -23,9 +21,8 @@ from mcp_types import (
     TextResourceContents,
     ToolAnnotations,
 )
-from pydantic import ConfigDict
 
-from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.app import AppContext
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.check import Checked, Described
@@ -61,7 +58,7 @@ from pg_mcp_server.primitives.registry import (
     TemplateDef,
     clip,
 )
-from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok_json
+from pg_mcp_server.tools.registry import READ_ONLY, ToolDef, ok_json
 
 logger = logging.getLogger(__name__)
 
@@ -98,21 +95,11 @@ class Loaded:
     """One definitions file, ready to serve."""
 
     path: str | None = None
-    tools: dict[str, PgTool] = field(default_factory=dict)
+    tools: list[ToolDef] = field(default_factory=list)
     resources: list[ResourceDef] = field(default_factory=list)
     templates: list[TemplateDef] = field(default_factory=list)
     prompts: list[PromptDef] = field(default_factory=list)
     checked: bool = True  # against the live database (False: it was unreachable)
-
-
-class _Arguments(ArgModelBase):
-    """Takes whatever the client sends: a custom tool checks its arguments against its own
-    input schema (JSON Schema) before any SQL runs."""
-
-    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
-
-    def model_dump_one_level(self) -> dict[str, Any]:
-        return {"arguments": dict(self.model_extra or {})}
 
 
 def _json(value: Any) -> str:
@@ -244,7 +231,7 @@ def _refused(spec: ToolSpec, path: str) -> str:
     )
 
 
-def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str) -> PgTool:
+def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str) -> ToolDef:
     validator = Draft202012Validator(spec.input_schema)
     write = spec.allow_writes and settings.server.allow_write_tools
     refused = _refused(spec, path)
@@ -303,8 +290,8 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
                 await conn.execute(plcode.drop_function(spec.function))
         return rows
 
-    async def run(arguments: dict[str, Any], ctx: Context) -> CallToolResult:
-        app = app_context(ctx)
+    async def run(app: AppContext, arguments: dict[str, Any]) -> CallToolResult:
+        """The arguments are checked against the tool's own input schema before any SQL."""
         args = _arguments(validator, spec, arguments)
         try:
             got = await once(app, args)
@@ -319,15 +306,6 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
             return ok_json({"result": value})
         return ok_json(rows.structured())
 
-    made = make_tool(
-        run,
-        name=spec.name,
-        title=spec.title or spec.name,
-        description=spec.description,
-        annotations=WRITES if write else READ_ONLY,
-    )
-    made.description = spec.description  # never the function's docstring
-    made.parameters = spec.input_schema
     if spec.type == "pl-do":
         output = _result_schema({})
     elif spec.type == "pl-func" and not spec.returns_set:
@@ -335,8 +313,15 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
         output = _result_schema(column_schema(columns[0]) if columns and one else {})
     else:
         output = rows_schema(columns)
-    made.fn_metadata = FuncMetadata(arg_model=_Arguments, output_schema=output)
-    return made
+    return ToolDef(
+        name=spec.name,
+        title=spec.title or spec.name,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=output,
+        handler=run,
+        annotations=WRITES if write else READ_ONLY,
+    )
 
 
 def _completer(
@@ -467,16 +452,10 @@ def prompt(spec: PromptSpec, checked: Checked | None) -> PromptDef:
 
 
 async def _embedded(request: Request, uri: str) -> EmbeddedResource:
-    assert request.read_resource is not None, "the server reads resources for prompts"
     contents = await request.read_resource(uri)
-    text = contents[0].content
     return EmbeddedResource(
         type="resource",
-        resource=TextResourceContents(
-            uri=uri,
-            text=text if isinstance(text, str) else text.decode(),
-            mime_type=contents[0].mime_type,
-        ),
+        resource=TextResourceContents(uri=uri, text=contents.text, mime_type=contents.mime_type),
     )
 
 
@@ -511,7 +490,7 @@ def build(
             )
     return Loaded(
         path=defs.path,
-        tools={t.name: tool(t, checked, settings, defs.path) for t in served},
+        tools=[tool(t, checked, settings, defs.path) for t in served],
         resources=[r for r in made if isinstance(r, ResourceDef)],
         templates=[r for r in made if isinstance(r, TemplateDef)],
         prompts=[prompt(p, checked) for p in defs.prompts],

@@ -1,17 +1,21 @@
-"""The one place resources, resource templates, prompts and their completions are defined,
-found, run, and turned into protocol errors.
+"""The one registry: every tool, resource, resource template and prompt the server serves
+(built-in and from the definitions file), and the one way each is listed, found, run,
+completed, and turned into a protocol answer or error.
 
-Built-in definitions (`primitives/resources.py`, `primitives/prompts.py`) and, later, the
-YAML-defined ones are small values of the classes below, collected in a `Primitives` that
-`server.py` hands to the SDK. A read or a render gets a `Request` (the lifespan's AppContext,
-and a way to run a tool exactly as `tools/call` does); a completion gets the AppContext.
+Tools are `ToolDef`s (tools/registry.py: a tool's failure is a result with `isError`, as the
+spec asks). Built-in resources and prompts (`primitives/resources.py`,
+`primitives/prompts.py`) and the YAML-defined ones are small values of the classes below. A
+read or a render gets a `Request` (the lifespan's AppContext and this registry: a resource
+that shows a tool's answer runs the tool's definition directly, never through the protocol);
+a completion gets the AppContext.
 
-Every failure becomes a JSON-RPC error here, with one bounded log line: -32602 (invalid
-params) when the caller named something that does not exist or gave a bad argument (an unknown
-URI, as SEP-2164 standardises, an unknown prompt, a missing or invalid argument, a table that
-is not there), -32603 for a database failure or a bug. `data` carries what was asked for
-(`uri` or `prompt`, cut to ECHO_CHARS) and the same `error` object the tools return (PRD code,
-message, suggestion, context). Nothing the caller sent is echoed or logged unbounded.
+Every failure of a read, a render or a completion becomes a JSON-RPC error here, with one
+bounded log line: -32602 (invalid params) when the caller named something that does not exist
+or gave a bad argument (an unknown URI, as SEP-2164 standardises, an unknown prompt, a missing
+or invalid argument, a table that is not there), -32603 for a database failure or a bug.
+`data` carries what was asked for (`uri` or `prompt`, cut to ECHO_CHARS) and the same `error`
+object the tools return (PRD code, message, suggestion, context). Nothing the caller sent is
+echoed or logged unbounded.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import (
@@ -34,13 +37,16 @@ from mcp_types import (
     GetPromptResult,
     PromptMessage,
     PromptReference,
+    ReadResourceResult,
     ResourceTemplateReference,
     TextContent,
+    TextResourceContents,
 )
 from mcp_types import Prompt as McpPrompt
 from mcp_types import PromptArgument as McpPromptArgument
 from mcp_types import Resource as McpResource
 from mcp_types import ResourceTemplate as McpResourceTemplate
+from mcp_types import Tool as McpTool
 
 from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import names
@@ -51,7 +57,11 @@ from pg_mcp_server.errors import (
     PgMcpError,
     closest,
     did_you_mean,
+    to_pg_error,
 )
+from pg_mcp_server.tools.registry import ToolDef, error_result
+
+NAME_ECHO = 100  # characters of an unknown tool's name repeated in the answer
 
 logger = logging.getLogger(__name__)
 
@@ -130,20 +140,22 @@ class Request:
     """What a read or a render gets."""
 
     app: AppContext
-    call_tool: Callable[[str, dict[str, Any]], Awaitable[CallToolResult]]
-    # Read another resource exactly as resources/read does (a prompt embedding one).
-    read_resource: Callable[[str], Awaitable[list[ReadResourceContents]]] | None = None
+    registry: Registry
 
     async def tool_text(self, tool: str, arguments: dict[str, Any]) -> str:
         """The tool's answer exactly as `tools/call` gives it (the JSON text of its
         structured output); its error is raised as ToolFailed."""
-        result = await self.call_tool(tool, arguments)
+        result = await self.registry.tools[tool].run(self.app, arguments)
         body = result.structured_content or {}
         if result.is_error:
             raise ToolFailed(body.get("error") or _detail(InternalError(f"{tool} failed.")))
         text = result.content[0]
         assert isinstance(text, TextContent)
         return text.text
+
+    async def read_resource(self, uri: str) -> TextResourceContents:
+        """Another resource, exactly as resources/read gives it (a prompt embeds one)."""
+        return (await self.registry.read(uri, self.app)).contents[0]  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -187,23 +199,28 @@ class PromptDef:
     render: Callable[[Request, dict[str, str]], Awaitable[list[PromptMessage]]]
 
 
-class Primitives:
-    """The definitions the server serves, and the one way to list, read, render and complete
-    them."""
+class Registry:
+    """The definitions the server serves, and the one way to list, run, read, render and
+    complete them."""
 
     def __init__(
         self,
+        tools: list[ToolDef],
         resources: list[ResourceDef],
         templates: list[TemplateDef],
         prompts: list[PromptDef],
         default_schema: str,
     ) -> None:
+        self.tools: dict[str, ToolDef] = _unique(tools, lambda t: t.name, "tool")
         self.resources = _unique(resources, lambda r: r.uri, "resource URI")
         self.templates = _unique(templates, lambda t: t.uri_template, "resource template")
         self.prompts = _unique(prompts, lambda p: p.name, "prompt")
         self.default_schema = default_schema
 
-    # --- what resources/list, resources/templates/list and prompts/list return
+    # --- what tools/list, resources/list, resources/templates/list and prompts/list return
+
+    def tool_list(self) -> list[McpTool]:
+        return [tool.listed() for tool in self.tools.values()]
 
     def resource_list(self) -> list[McpResource]:
         return [
@@ -243,9 +260,27 @@ class Primitives:
             for p in self.prompts.values()
         ]
 
-    # --- resources/read, prompts/get, completion/complete
+    # --- tools/call, resources/read, prompts/get, completion/complete
 
-    async def read(self, uri: str, request: Request) -> list[ReadResourceContents]:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], app: AppContext
+    ) -> CallToolResult:
+        tool = self.tools.get(name)
+        if tool is not None:
+            return await tool.run(app, arguments)
+        shown = name if len(name) <= NAME_ECHO else name[:NAME_ECHO] + "..."
+        error = ParameterError(
+            f"There is no tool named {shown!r}.",
+            suggestion=did_you_mean(
+                closest(name[:NAME_ECHO], self.tools),
+                f"Tools: {', '.join(sorted(self.tools))}.",
+            ),
+        )
+        logger.info("tool %s -> %s", clip(name, NAME_ECHO), error.code)
+        return error_result(error, shown, arguments)
+
+    async def read(self, uri: str, app: AppContext) -> ReadResourceResult:
+        request = Request(app, self)
         with _answered("resource", {"uri": clip(uri)}):
             fixed = self.resources.get(uri)
             if fixed is not None:
@@ -256,11 +291,13 @@ class Primitives:
                 content = await _again_if_lost(lambda: template.read(request, values))
                 mime_type = template.mime_type
         meta = content.meta if isinstance(content, Contents) else None
-        return [ReadResourceContents(content=_text(content), mime_type=mime_type, meta=meta)]
+        text = TextResourceContents(uri=uri, text=_text(content), mime_type=mime_type, _meta=meta)
+        return ReadResourceResult(contents=[text])
 
     async def get_prompt(
-        self, name: str, arguments: Mapping[str, str] | None, request: Request
+        self, name: str, arguments: Mapping[str, str] | None, app: AppContext
     ) -> GetPromptResult:
+        request = Request(app, self)
         with _answered("prompt", {"prompt": clip(name)}):
             prompt = self.prompts.get(name)
             if prompt is None:
@@ -402,13 +439,13 @@ def _answered(what: str, subject: dict[str, str]) -> Iterator[None]:
         yield
     except MCPError:
         raise
-    except (PgMcpError, ToolFailed) as exc:
-        error = exc.error if isinstance(exc, ToolFailed) else _detail(exc)
-        logger.info("%s %s -> %s", what, next(iter(subject.values())), error.get("code"))
-        _raise(error, subject)
+    except ToolFailed as exc:
+        logger.info("%s %s -> %s", what, next(iter(subject.values())), exc.error.get("code"))
+        _raise(exc.error, subject)
     except Exception as exc:
-        logger.error("%s %s failed unexpectedly", what, next(iter(subject.values())), exc_info=exc)
-        _raise(_detail(InternalError(f"The {what} failed unexpectedly.")), subject)
+        error = to_pg_error(exc, f"The {what} failed unexpectedly.")
+        logger.info("%s %s -> %s", what, next(iter(subject.values())), error.code)
+        _raise(_detail(error), subject)
 
 
 def _detail(exc: PgMcpError) -> dict[str, Any]:

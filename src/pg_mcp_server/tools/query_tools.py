@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.explain.plans import explain
 from pg_mcp_server.database.rows.hints import column_hint, function_hint, relations
@@ -21,7 +20,7 @@ from pg_mcp_server.errors import (
     TableNotFoundError,
 )
 from pg_mcp_server.models.results import ExecuteQueryOutput, ExplainQueryOutput
-from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
+from pg_mcp_server.tools.registry import READ_ONLY, ToolDef, make_tool, ok, ok_json
 
 EXECUTE_QUERY = """Run one read-only SQL query and return its rows as JSON.
 
@@ -78,9 +77,9 @@ Params = Annotated[
 ]
 
 
-def query_tools() -> list[PgTool]:
+def query_tools() -> list[ToolDef]:
     async def execute_query(
-        ctx: Context,
+        app: AppContext,
         sql: Annotated[
             str,
             Field(description="SQL SELECT query to execute. Use $1, $2, etc. for parameters."),
@@ -105,7 +104,6 @@ def query_tools() -> list[PgTool]:
             ),
         ] = None,
     ) -> Annotated[CallToolResult, ExecuteQueryOutput]:
-        app = app_context(ctx)
         cap = app.settings.server.max_rows
         try:
             result = await app.db.run(
@@ -141,7 +139,7 @@ def query_tools() -> list[PgTool]:
         return ok_json(output, encoded={"columns": result.columns_json, "rows": result.rows_json})
 
     async def explain_query(
-        ctx: Context,
+        app: AppContext,
         sql: Annotated[str, Field(description="SQL query to explain")],
         params: Annotated[
             list[Any] | None,
@@ -167,7 +165,6 @@ def query_tools() -> list[PgTool]:
             Field(description="Include buffer usage statistics (requires analyze=true)"),
         ] = False,
     ) -> Annotated[CallToolResult, ExplainQueryOutput]:
-        app = app_context(ctx)
         try:
             result = await app.db.run(
                 lambda conn: explain(

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from pg_mcp_server.app import app_context
+from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog.joinpaths import (
     MAX_DEPTH,
     PATH_CAP,
@@ -23,7 +22,7 @@ from pg_mcp_server.models.relationships import (
     GetForeignKeysOutput,
     JoinPath,
 )
-from pg_mcp_server.tools.registry import PgTool, make_tool, ok
+from pg_mcp_server.tools.registry import ToolDef, make_tool, ok
 
 GET_FOREIGN_KEYS = """A table's foreign keys both ways: outgoing (it references) and incoming
 (others reference it), column pairs in key order. Keys of partitions are on their parent.
@@ -35,11 +34,10 @@ multiply rows, with the measured ratio) and warning (what that does to sums over
 table). Example: find_join_path(from_table="payment", to_table="film")"""
 
 
-def relationship_tools(default_schema: str) -> list[PgTool]:
+def relationship_tools(default_schema: str) -> list[ToolDef]:
     async def get_foreign_keys(
-        ctx: Context, table_name: str, schema_name: str = default_schema
+        app: AppContext, table_name: str, schema_name: str = default_schema
     ) -> Annotated[CallToolResult, GetForeignKeysOutput]:
-        app = app_context(ctx)
         outgoing, incoming = await app.db.run(
             lambda conn: foreign_keys_of(conn, schema_name, table_name), own=True
         )
@@ -55,14 +53,13 @@ def relationship_tools(default_schema: str) -> list[PgTool]:
         )
 
     async def find_join_path(
-        ctx: Context,
+        app: AppContext,
         from_table: str,
         to_table: str,
         from_schema: str = default_schema,
         to_schema: str = default_schema,
         max_depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)] = MAX_DEPTH,
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
-        app = app_context(ctx)
         start, goal = (from_schema, from_table), (to_schema, to_table)
         graph, found, ratios = await app.db.run(
             lambda conn: app.graph.search(conn, start, goal, max_depth), own=True

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult
 from pydantic import Field
 
-from pg_mcp_server.app import AppContext, app_context
+from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.catalog.search import search_tables as search
 from pg_mcp_server.database.rows.hints import Relation, column_hint
@@ -31,7 +30,7 @@ from pg_mcp_server.models.schema import (
     SearchTablesOutput,
     TableInfo,
 )
-from pg_mcp_server.tools.registry import READ_ONLY, PgTool, make_tool, ok, ok_json
+from pg_mcp_server.tools.registry import READ_ONLY, ToolDef, make_tool, ok, ok_json
 
 LIST_SCHEMAS = """The database's schemas: owner, comment, table_count, view_count. Start here.
 Example: list_schemas()"""
@@ -96,19 +95,18 @@ async def describe_document(
     return cached[1] | fresh
 
 
-def schema_tools(default_schema: str) -> list[PgTool]:
+def schema_tools(default_schema: str) -> list[ToolDef]:
     """The Layer 1 tools; `default_schema` (PG_DEFAULT_SCHEMA) is the schema_name default."""
 
     async def list_schemas(
-        ctx: Context, include_system: bool = False
+        app: AppContext, include_system: bool = False
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
-        app = app_context(ctx)
         rows = await app.db.run(lambda conn: catalog.list_schemas(conn, include_system), own=True)
         schemas = [SchemaInfo(**r) for r in rows]
         return ok(ListSchemasOutput(schemas=schemas, total_count=len(schemas)))
 
     async def list_tables(
-        ctx: Context,
+        app: AppContext,
         schema_name: str = default_schema,
         include_views: bool = True,
         name_pattern: Annotated[
@@ -121,7 +119,6 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         ] = None,
         offset: Annotated[int, Field(ge=0)] = 0,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
-        app = app_context(ctx)
         page = limit or (MAP_PAGE if include_columns else LIST_PAGE)
         rows, total = await app.db.run(
             lambda conn: catalog.list_tables(
@@ -140,16 +137,15 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         )
 
     async def search_tables(
-        ctx: Context,
+        app: AppContext,
         query: Annotated[str, Field(description="A few words, e.g. 'invoice total'")],
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
     ) -> Annotated[CallToolResult, SearchTablesOutput]:
-        app = app_context(ctx)
         rows, total = await app.db.run(lambda conn: search(conn, query, limit), own=True)
         return ok(SearchTablesOutput(matches=[SearchMatch(**r) for r in rows], total_count=total))
 
     async def describe_table(
-        ctx: Context,
+        app: AppContext,
         table_name: str,
         schema_name: str = default_schema,
         include_indexes: bool = True,
@@ -157,12 +153,12 @@ def schema_tools(default_schema: str) -> list[PgTool]:
     ) -> Annotated[CallToolResult, DescribeTableOutput]:
         return ok_json(
             await describe_document(
-                app_context(ctx), schema_name, table_name, include_indexes, include_constraints
+                app, schema_name, table_name, include_indexes, include_constraints
             )
         )
 
     async def get_sample_rows(
-        ctx: Context,
+        app: AppContext,
         table_name: str,
         schema_name: str = default_schema,
         limit: Annotated[int, Field(ge=1, le=100)] = 5,
@@ -170,7 +166,6 @@ def schema_tools(default_schema: str) -> list[PgTool]:
         where_clause: str | None = None,
         randomize: bool = False,
     ) -> Annotated[CallToolResult, GetSampleRowsOutput]:
-        app = app_context(ctx)
         try:
             sample = await app.db.run(
                 lambda conn: sample_rows(
