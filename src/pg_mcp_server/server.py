@@ -83,6 +83,7 @@ def freeze_heap() -> None:
     gc.collect()
     gc.freeze()
 
+
 INSTRUCTIONS = """This server gives read-only access to one PostgreSQL database. Work in layers:
 1. Discover: list_schemas -> list_tables(schema_name, include_columns=true for a schema map of
    every column, type, key and reference in one call) -> describe_table for the full detail;
@@ -236,9 +237,12 @@ class PgMcp:
     @cached_property
     def registry(self) -> Registry:
         """Made again after a reload, at the first request that needs it."""
-        return make_registry(
-            self.settings, self.tools, self.custom.current if self.custom else None
-        )
+        custom = self.custom.current if self.custom is not None else None
+        made = make_registry(self.settings, self.tools, custom)
+        if self.freeze_when_loaded:
+            self.freeze_when_loaded = False
+            asyncio.get_running_loop().call_later(FREEZE_AFTER_S, freeze_heap)
+        return made
 
     def load(self) -> None:
         """Make the tools, resources and prompts now rather than at the first request."""
