@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 import asyncpg
 
 from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.database.sql.refs import Refs, refs_of
 
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
@@ -257,10 +257,11 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 # server can), and MCP_TRUSTED_ROLES; but for superusers, only while no other role may act as
 # them: a member (SET ROLE) that is none of these, or before PostgreSQL 16 any role with
 # CREATEROLE (it may grant itself any role), makes a role untrusted (attack3 F16).
+# `{names}`: a text[] of MCP_TRUSTED_ROLES (each statement passes it its own way).
 TRUSTED_ROLES = f"""ARRAY(
     WITH named AS (
         SELECT r.oid FROM pg_catalog.pg_roles r
-        WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[])
+        WHERE r.rolsuper OR r.rolname = ANY ({{names}})
            OR r.rolname IN (CURRENT_USER, 'pg_database_owner')
            OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
                        WHERE d.datname = pg_catalog.current_database()))
@@ -305,11 +306,13 @@ _CONFIGURED = """coalesce((SELECT pg_catalog.array_agg(DISTINCT x.s) FROM pg_cat
         pg_catalog.replace(pg_catalog.substr(c.setting, 13), '"', ''), ' ', ''), ',')) AS x(s)
     WHERE c.setting LIKE 'search\\_path=%'), ARRAY[]::pg_catalog.text[])"""
 
-CATALOG = f"""
+CATALOG = statement(
+    "guard.facts.CATALOG",
+    f"""
 SELECT
   pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
   current_user AS role,
-  {TRUSTED_ROLES} AS trusted,
+  {TRUSTED_ROLES.format(names="$1::pg_catalog.text[]")} AS trusted,
   {SMALL_CATALOGS} AS small,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
@@ -390,7 +393,8 @@ SELECT
       c.oid::bigint, c.castsource::bigint, c.casttarget::bigint, c.castfunc::bigint,
       c.castcontext))
    FROM pg_catalog.pg_cast c) AS casts
-"""
+""",
+)
 
 
 def rows(value: Any) -> list[list[Any]]:
@@ -441,7 +445,7 @@ class Catalog:
     async def read(
         cls, conn: asyncpg.Connection, trusted_names: tuple[str, ...], generation: int
     ) -> Catalog:
-        row = await conn.fetchrow(pin(CATALOG), list(trusted_names))
+        row = await conn.fetchrow(CATALOG, list(trusted_names))
         assert row is not None
         catalog = cls(generation=generation, trusted_names=trusted_names)
         catalog._fill(row)
@@ -556,7 +560,9 @@ RELATION_DIGEST = f"""pg_catalog.concat_ws(':', c.xmin,
 }) e(x)))"""
 
 # Relations by oid, and those whose row type (or an array of it) is one of $2.
-RELATIONS = f"""
+RELATIONS = statement(
+    "guard.facts.RELATIONS",
+    f"""
 SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
     c.oid::bigint, c.relnamespace::bigint, c.relname, c.relkind, c.reltype::bigint,
     {RELATION_DIGEST},
@@ -603,7 +609,8 @@ WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
                 FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
                 WHERE t.oid = ANY ($2::pg_catalog.oid[]))
-"""
+""",
+)
 
 
 def _view_refs(definition: str | None) -> Refs | None:
@@ -644,7 +651,7 @@ class Relations:
         return moved
 
     async def read(self, conn: asyncpg.Connection, oids: set[int], types: set[int]) -> None:
-        value = await conn.fetchval(pin(RELATIONS), sorted(oids), sorted(types))
+        value = await conn.fetchval(RELATIONS, sorted(oids), sorted(types))
         for r in rows(value):
             rel = Relation(
                 oid=r[0],
