@@ -250,9 +250,9 @@ async def check(defs: Definitions, db: Database, trusted: list[str] | None = Non
                 ", ".join(left_out),
             )
         checker = _Checker(defs, conn, roles, path, left_out)
-        languages = {r[0] for r in await conn.fetch(LANGUAGES)}
+        languages = {r["lanname"] for r in await conn.fetch(LANGUAGES)}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
-        available = {r[0] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()
+        available = {r["name"] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()
         for tool in defs.tools:
             await checker.run(tool.where, checker.tool(tool, languages, available))
         for resource in defs.resources:

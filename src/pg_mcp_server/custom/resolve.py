@@ -81,7 +81,7 @@ SET_PATH = "SELECT pg_catalog.set_config('search_path', $1, true)"
 PARAMETERS = statement(
     "custom.resolve.PARAMETERS",
     """
-SELECT n.nspname::pg_catalog.text, t.typname::pg_catalog.text
+SELECT n.nspname::pg_catalog.text AS schema, t.typname::pg_catalog.text AS name
 FROM pg_catalog.unnest((SELECT s.parameter_types::pg_catalog.oid[]
                         FROM pg_catalog.pg_prepared_statements s WHERE s.name = $1))
      WITH ORDINALITY AS p (oid, n)
@@ -274,7 +274,7 @@ async def _parameters(conn: asyncpg.Connection, sql: str) -> list[tuple[str, str
         rows = await conn.fetch(PARAMETERS, PROBE)
     finally:
         await conn.execute(DEALLOCATE)
-    return [(r[0], r[1]) for r in rows]
+    return [(r["schema"], r["name"]) for r in rows]
 
 
 def _locations(node: object) -> list[int]:

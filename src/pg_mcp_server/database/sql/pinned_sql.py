@@ -1050,14 +1050,15 @@ PINNED: dict[str, tuple[str, str]] = {
         ),
     ),
     "custom.resolve.PARAMETERS": (
-        "8c76d80293b21d43",
+        "e75bd7ecb33485a1",
         (
-            "SELECT CAST(n.nspname AS pg_catalog.text), CAST(t.typname AS pg_catalog.text) "
-            "FROM pg_catalog.unnest((SELECT CAST(s.parameter_types AS pg_catalog.oid[]) FROM "
-            "pg_catalog.pg_prepared_statements AS s WHERE s.name OPERATOR(pg_catalog.=) $1)) "
-            "WITH ORDINALITY AS p (oid, n) INNER JOIN pg_catalog.pg_type AS t ON t.oid "
-            "OPERATOR(pg_catalog.=) p.oid INNER JOIN pg_catalog.pg_namespace AS n ON n.oid "
-            "OPERATOR(pg_catalog.=) t.typnamespace ORDER BY p.n"
+            "SELECT CAST(n.nspname AS pg_catalog.text) AS schema, CAST(t.typname AS "
+            "pg_catalog.text) AS name FROM pg_catalog.unnest((SELECT CAST(s.parameter_types "
+            "AS pg_catalog.oid[]) FROM pg_catalog.pg_prepared_statements AS s WHERE s.name "
+            "OPERATOR(pg_catalog.=) $1)) WITH ORDINALITY AS p (oid, n) INNER JOIN "
+            "pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) p.oid INNER JOIN "
+            "pg_catalog.pg_namespace AS n ON n.oid OPERATOR(pg_catalog.=) t.typnamespace "
+            "ORDER BY p.n"
         ),
     ),
     "custom.resolve.PL_PATH": (
@@ -1112,7 +1113,7 @@ PINNED: dict[str, tuple[str, str]] = {
         ),
     ),
     "guard.facts.CATALOG": (
-        "337da4c88369f672",
+        "1ad784d72c147694",
         (
             "SELECT CAST(pg_catalog.current_schemas(TRUE) AS pg_catalog.text[]) AS path, "
             "CURRENT_USER AS role, ARRAY(WITH named AS (SELECT r.oid FROM "
@@ -1260,11 +1261,12 @@ PINNED: dict[str, tuple[str, str]] = {
         ),
     ),
     "guard.facts.RELATIONS": (
-        "a1ddce80821ee720",
+        "15d8efe3d1ed20a1",
         (
-            "SELECT pg_catalog.json_agg(pg_catalog.json_build_array(CAST(c.oid AS bigint), "
-            "CAST(c.relnamespace AS bigint), c.relname, c.relkind, CAST(c.reltype AS "
-            "bigint), pg_catalog.concat_ws(':', c.xmin, (SELECT pg_catalog.concat_ws('.', "
+            "SELECT pg_catalog.json_agg(pg_catalog.json_build_object('oid', CAST(c.oid AS "
+            "bigint), 'schema', CAST(c.relnamespace AS bigint), 'name', c.relname, 'kind', "
+            "c.relkind, 'row_type', CAST(c.reltype AS bigint), 'digest', "
+            "pg_catalog.concat_ws(':', c.xmin, (SELECT pg_catalog.concat_ws('.', "
             "pg_catalog.count(*), COALESCE(pg_catalog.sum(CAST(CAST(a.xmin AS "
             "pg_catalog.text) AS bigint)), CAST(0 AS bigint))) FROM pg_catalog.pg_attribute "
             "AS a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid), (SELECT "
@@ -1285,10 +1287,10 @@ PINNED: dict[str, tuple[str, str]] = {
             "pg_catalog.pg_constraint AS h WHERE h.conrelid OPERATOR(pg_catalog.=) c.oid) "
             "UNION ALL SELECT CAST(CAST(h.xmin AS pg_catalog.text) AS bigint) FROM "
             "pg_catalog.pg_statistic_ext AS h WHERE h.stxrelid OPERATOR(pg_catalog.=) c.oid) "
-            "AS e (x))), ARRAY(SELECT CAST(a.atttypid AS bigint) FROM "
+            "AS e (x))), 'column_types', ARRAY(SELECT CAST(a.atttypid AS bigint) FROM "
             "pg_catalog.pg_attribute AS a WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid AND "
             "a.attnum OPERATOR(pg_catalog.>) CAST(0 AS smallint) AND NOT a.attisdropped "
-            "ORDER BY a.attnum), pg_catalog.concat_ws(' ', (SELECT "
+            "ORDER BY a.attnum), 'code', pg_catalog.concat_ws(' ', (SELECT "
             "pg_catalog.string_agg(CAST(r.ev_action AS pg_catalog.text), ' ') FROM "
             "pg_catalog.pg_rewrite AS r WHERE r.ev_class OPERATOR(pg_catalog.=) c.oid AND "
             "r.ev_type OPERATOR(pg_catalog.=) '1' AND c.relkind OPERATOR(pg_catalog.=) 'v'), "
@@ -1310,26 +1312,28 @@ PINNED: dict[str, tuple[str, str]] = {
             "c.oid AND k.contype OPERATOR(pg_catalog.=) 'c'), (SELECT "
             "pg_catalog.string_agg(CAST(s.stxexprs AS pg_catalog.text), ' ') FROM "
             "pg_catalog.pg_statistic_ext AS s WHERE s.stxrelid OPERATOR(pg_catalog.=) "
-            "c.oid)), ARRAY(SELECT CAST(i.inhrelid AS bigint) FROM pg_catalog.pg_inherits AS "
-            "i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid), ARRAY(SELECT "
-            "CAST(o.opcfamily AS bigint) FROM pg_catalog.pg_index AS x CROSS JOIN LATERAL "
-            "pg_catalog.unnest(CAST(x.indclass AS pg_catalog.oid[])) AS k (opc) INNER JOIN "
-            "pg_catalog.pg_opclass AS o ON o.oid OPERATOR(pg_catalog.=) k.opc WHERE "
-            "x.indrelid OPERATOR(pg_catalog.=) c.oid UNION SELECT CAST(o.opcfamily AS "
-            "bigint) FROM pg_catalog.pg_partitioned_table AS t CROSS JOIN LATERAL "
-            "pg_catalog.unnest(CAST(t.partclass AS pg_catalog.oid[])) AS k (opc) INNER JOIN "
-            "pg_catalog.pg_opclass AS o ON o.oid OPERATOR(pg_catalog.=) k.opc WHERE "
-            "t.partrelid OPERATOR(pg_catalog.=) c.oid), "
-            "pg_catalog.pg_get_userbyid(c.relowner), (SELECT CAST(t.typarray AS bigint) FROM "
-            "pg_catalog.pg_type AS t WHERE t.oid OPERATOR(pg_catalog.=) c.reltype), CASE "
-            "WHEN c.relkind OPERATOR(pg_catalog.=) 'v' THEN pg_catalog.pg_get_viewdef(c.oid) "
-            "END, pg_catalog.has_table_privilege(c.oid, 'SELECT'), CAST(c.relowner AS "
-            "bigint))) FROM pg_catalog.pg_class AS c WHERE c.oid OPERATOR(pg_catalog.=) "
-            "ANY(CAST($1 AS pg_catalog.oid[])) OR c.oid OPERATOR(pg_catalog.=) ANY (SELECT "
-            "COALESCE(CASE WHEN t.typrelid OPERATOR(pg_catalog.=) CAST(0 AS pg_catalog.oid) "
-            "THEN NULL ELSE t.typrelid END, e.typrelid) FROM pg_catalog.pg_type AS t LEFT "
-            "JOIN pg_catalog.pg_type AS e ON e.oid OPERATOR(pg_catalog.=) t.typelem WHERE "
-            "t.oid OPERATOR(pg_catalog.=) ANY(CAST($2 AS pg_catalog.oid[])))"
+            "c.oid)), 'children', ARRAY(SELECT CAST(i.inhrelid AS bigint) FROM "
+            "pg_catalog.pg_inherits AS i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid), "
+            "'families', ARRAY(SELECT CAST(o.opcfamily AS bigint) FROM pg_catalog.pg_index "
+            "AS x CROSS JOIN LATERAL pg_catalog.unnest(CAST(x.indclass AS pg_catalog.oid[])) "
+            "AS k (opc) INNER JOIN pg_catalog.pg_opclass AS o ON o.oid "
+            "OPERATOR(pg_catalog.=) k.opc WHERE x.indrelid OPERATOR(pg_catalog.=) c.oid "
+            "UNION SELECT CAST(o.opcfamily AS bigint) FROM pg_catalog.pg_partitioned_table "
+            "AS t CROSS JOIN LATERAL pg_catalog.unnest(CAST(t.partclass AS "
+            "pg_catalog.oid[])) AS k (opc) INNER JOIN pg_catalog.pg_opclass AS o ON o.oid "
+            "OPERATOR(pg_catalog.=) k.opc WHERE t.partrelid OPERATOR(pg_catalog.=) c.oid), "
+            "'owner_name', pg_catalog.pg_get_userbyid(c.relowner), 'array_type', (SELECT "
+            "CAST(t.typarray AS bigint) FROM pg_catalog.pg_type AS t WHERE t.oid "
+            "OPERATOR(pg_catalog.=) c.reltype), 'view', CASE WHEN c.relkind "
+            "OPERATOR(pg_catalog.=) 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END, "
+            "'selectable', pg_catalog.has_table_privilege(c.oid, 'SELECT'), 'owner', "
+            "CAST(c.relowner AS bigint))) FROM pg_catalog.pg_class AS c WHERE c.oid "
+            "OPERATOR(pg_catalog.=) ANY(CAST($1 AS pg_catalog.oid[])) OR c.oid "
+            "OPERATOR(pg_catalog.=) ANY (SELECT COALESCE(CASE WHEN t.typrelid "
+            "OPERATOR(pg_catalog.=) CAST(0 AS pg_catalog.oid) THEN NULL ELSE t.typrelid END, "
+            "e.typrelid) FROM pg_catalog.pg_type AS t LEFT JOIN pg_catalog.pg_type AS e ON "
+            "e.oid OPERATOR(pg_catalog.=) t.typelem WHERE t.oid OPERATOR(pg_catalog.=) "
+            "ANY(CAST($2 AS pg_catalog.oid[])))"
         ),
     ),
     "guard.state.CHECK": (
