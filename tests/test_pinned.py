@@ -14,10 +14,12 @@ from pgbed import PgServer
 
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.pool import audit
-from pg_mcp_server.database.sql import pinned, pinned_sql
+from pg_mcp_server.database.sql import pinned
 from pg_mcp_server.database.sql.pinned import (
+    PINNED_FILE,
     UnpinnableSqlError,
     generate,
+    generated,
     pin,
     statement,
     statements,
@@ -146,30 +148,30 @@ def test_the_registry_holds_our_statements() -> None:
         parts
     )
     sent = catalog.DESCRIBE_TABLE
-    assert sent == pinned_sql.PINNED["catalog.tables.DESCRIBE_TABLE"][1]
+    assert sent == generated()["catalog.tables.DESCRIBE_TABLE"][1]
 
 
 @pytest.mark.parametrize("name", STATEMENTS)
 def test_our_statements_are_sent_pinned(name: str) -> None:
     """What the server sends for each statement is pinned (nothing in it is looked up on the
-    search path) and is what pin() makes of the SQL as written (pinned_sql.py is current)."""
-    text = pinned_sql.PINNED[name][1]
+    search path) and is what pin() makes of the SQL as written (pinned_sql.json is current)."""
+    text = generated()[name][1]
     assert unpinned(text) == []
     assert text == pin(STATEMENTS[name]), "run python -m pg_mcp_server.database.sql.pinned --write"
     assert pin(text) == text
 
 
 def test_pinned_sql_is_what_the_generator_writes() -> None:
-    """pinned_sql.py, as checked in, is exactly what --write makes: no statement missing,
+    """pinned_sql.json, as checked in, is exactly what --write makes: no statement missing,
     none stale, none left over."""
-    assert Path(pinned_sql.__file__).read_text() == generate()
+    assert PINNED_FILE.read_text() == generate()
     assert pinned.main(["--check"]) == 0
 
 
 def test_a_changed_statement_is_pinned_at_import_not_sent_stale(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SQL as written that pinned_sql.py was not made from is pinned where it is registered
+    """SQL as written that pinned_sql.json was not made from is pinned where it is registered
     (slowly, and said in the log): the stale text is never what is sent."""
     monkeypatch.setattr(pinned, "_WRITTEN", dict(STATEMENTS))  # the real registry untouched
     name = "catalog.names.SCHEMA_EXISTS"
@@ -178,7 +180,7 @@ def test_a_changed_statement_is_pinned_at_import_not_sent_stale(
     with pytest.raises(ValueError, match="two statements"):
         statement(name, changed)
     sent = statement("test.CHANGED", changed)
-    assert sent == pin(changed) and "changed since pinned_sql.py" in caplog.text
+    assert sent == pin(changed) and "changed since pinned_sql.json" in caplog.text
 
 
 def _sent_constants() -> dict[str, str]:

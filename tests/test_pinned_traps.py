@@ -37,8 +37,7 @@ from pgbed import PgServer
 from pglast import ast, parse_sql
 from pglast.stream import RawStream
 
-from pg_mcp_server.database.sql.pinned import pin, statements, unpinned
-from pg_mcp_server.database.sql.pinned_sql import PINNED
+from pg_mcp_server.database.sql.pinned import generated, pin, statements, unpinned
 
 TRAP = "PINNED TRAP"
 
@@ -452,7 +451,7 @@ async def test_every_statement_of_ours_resolves_to_pg_catalog_only(bed: tuple[st
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("SET search_path = public, pg_catalog")
-        sent = {name: await _resolved_to(conn, text) for name, (_, text) in PINNED.items()}
+        sent = {name: await _resolved_to(conn, text) for name, (_, text) in generated().items()}
         written = {name: await _resolved_to(conn, sql) for name, sql in statements().items()}
     finally:
         await conn.close()
