@@ -184,8 +184,8 @@ def test_a_changed_statement_is_pinned_at_import_not_sent_stale(
 
 
 def _sent_constants() -> dict[str, str]:
-    """Module-level constants of the server passed as a driver call's statement
-    (`conn.fetch(NAME, ...)`, `self.x = NAME`-style aliases aside): module.NAME -> text."""
+    """The constant statements the server passes a driver call (`conn.fetch(NAME, ...)` or
+    `conn.execute("...")`; aliases such as `self.x = NAME` aside): where -> text."""
     out: dict[str, str] = {}
     package = Path(pinned.__file__).parents[2]
     for path in package.rglob("*.py"):
@@ -193,15 +193,20 @@ def _sent_constants() -> dict[str, str]:
             ".".join(("pg_mcp_server", *path.relative_to(package).with_suffix("").parts))
         )
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
+            if not (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _DRIVER_CALLS
                 and node.args
-                and isinstance(node.args[0], ast.Name)
-                and isinstance(value := getattr(module, node.args[0].id, None), str)
             ):
-                out[f"{module.__name__}.{node.args[0].id}"] = value
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Name) and isinstance(
+                value := getattr(module, first.id, None), str
+            ):
+                out[f"{module.__name__}.{first.id}"] = value
+            elif isinstance(first, ast.Constant) and isinstance(first.value, str):
+                out[f"{module.__name__}:{node.lineno}"] = first.value
     return out
 
 
