@@ -348,9 +348,9 @@ async def test_every_statement_we_send_is_pinned(
 ) -> None:
     """What reaches the database during a sweep, recorded by asyncpg's query logger on every
     connection the server opens (SQL built at run time too): nothing in it is looked up on
-    the search path. The driver's own type lookup (asyncpg's SQL, which the guard checks
-    with every statement it judges) ran only for the enum of the agents' results, never for
-    a result of ours."""
+    the search path, and none of it was pinned while the server ran. The driver's own type
+    lookup (asyncpg's SQL, which the guard checks with every statement it judges) ran only
+    for the enum of the agents' results, never for a result of ours."""
     dsn, _ = bed
     sent: list[tuple[str, Any]] = []
     open_connection = asyncpg.connect
@@ -368,9 +368,12 @@ async def test_every_statement_we_send_is_pinned(
 
     monkeypatch.setattr(asyncpg, "connect", recorded)
     monkeypatch.setattr(asyncpg.Connection, "prepare", prepared)
+    before = pin.cache_info()
     async with connect(dsn) as client:
         assert _errors(await sweep(client)) == EXPECTED_ERRORS
     monkeypatch.undo()
+    after = pin.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses), "pinned at run time"
     assert any("pg_catalog.pg_class" in q for q, _ in sent), "the recorder saw our statements"
     assert any("string_agg" in q for q, _ in sent), "... and the statements that read rows"
     lookups = {introspection.INTRO_LOOKUP_TYPES, introspection.INTRO_LOOKUP_TYPES_13}
