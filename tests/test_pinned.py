@@ -3,21 +3,28 @@ pg_catalog, and the spelled-out constructs give what the originals give, on real
 
 from __future__ import annotations
 
+import ast
+import importlib
+from pathlib import Path
+
 import asyncpg
 import pytest
 from mcpclient import fetch
 from pgbed import PgServer
 
-from pg_mcp_server.custom import check
-from pg_mcp_server.database.catalog import keys as relationships
-from pg_mcp_server.database.catalog import names, search, server_info
 from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.explain import plans
-from pg_mcp_server.database.guard import facts as safety
-from pg_mcp_server.database.guard import state as freshness
 from pg_mcp_server.database.pool import audit
-from pg_mcp_server.database.rows import hints
-from pg_mcp_server.database.sql.pinned import UnpinnableSqlError, pin, unpinned
+from pg_mcp_server.database.sql import pinned
+from pg_mcp_server.database.sql.pinned import (
+    PINNED_FILE,
+    UnpinnableSqlError,
+    generate,
+    generated,
+    pin,
+    statement,
+    statements,
+    unpinned,
+)
 
 ROWS = "(VALUES (1, 1, 1), (2, 1, 2), (3, NULL, 1), (4, 1, NULL), (5, NULL, NULL), (6, 3, 2))"
 # Constructs PostgreSQL resolves by operator name, each with the NULLs that tell them apart.
@@ -130,29 +137,99 @@ def test_what_cannot_be_pinned_is_refused(sql: str) -> None:
         pin(sql)
 
 
-STATEMENTS = {
-    f"{module.__name__.rsplit('.', 1)[1]}.{name}": getattr(module, name)
-    for module, names_ in (
-        (catalog, "LIST_SCHEMAS LIST_TABLES DESCRIBE_TABLE TABLE_SHAPE NEAR_NAMES"),
-        (names, "TABLE_NAMES SCHEMA_NAMES SCHEMA_EXISTS TABLE_EXISTS"),
-        (server_info, "SYSTEM_INFO SETTINGS ACTIVITY REPLICATION"),
-        (search, "SEARCH"),
-        (relationships, "FOREIGN_KEYS_OF FAN_OUT GRAPH"),
-        (hints, "COLUMNS_OF FUNCTIONS_NEAR"),
-        (plans, "RELATION_ROWS"),
-        (safety, "CATALOG RELATIONS"),
-        (freshness, "QUICK CHECK SEARCH_PATH"),
-        (check, "LANGUAGES AVAILABLE"),
+# Every statement of ours, name -> SQL as written (each module that registers one imported).
+STATEMENTS = statements()
+
+
+def test_the_registry_holds_our_statements() -> None:
+    """The registry is filled from every part that sends SQL of its own."""
+    parts = {name.rsplit(".", 1)[0] for name in STATEMENTS}
+    assert {"catalog.tables", "guard.state", "guard.facts", "pool.engine", "custom.resolve"} <= (
+        parts
     )
-    for name in names_.split()
-}
+    sent = catalog.DESCRIBE_TABLE
+    assert sent == generated()["catalog.tables.DESCRIBE_TABLE"][1]
 
 
 @pytest.mark.parametrize("name", STATEMENTS)
-def test_our_statements_pin(name: str) -> None:
-    """Each constant pins (the trap and recording tests in test_pinned_traps.py show that
-    the pinned text is what is sent, and that it answers as before)."""
-    assert unpinned(pin(STATEMENTS[name])) == []
+def test_our_statements_are_sent_pinned(name: str) -> None:
+    """What the server sends for each statement is pinned (nothing in it is looked up on the
+    search path) and is what pin() makes of the SQL as written (pinned_sql.json is current)."""
+    text = generated()[name][1]
+    assert unpinned(text) == []
+    assert text == pin(STATEMENTS[name]), "run python -m pg_mcp_server.database.sql.pinned --write"
+    assert pin(text) == text
+
+
+def test_pinned_sql_is_what_the_generator_writes() -> None:
+    """pinned_sql.json, as checked in, is exactly what --write makes: no statement missing,
+    none stale, none left over."""
+    assert PINNED_FILE.read_text() == generate()
+    assert pinned.main(["--check"]) == 0
+
+
+def test_a_changed_statement_is_pinned_at_import_not_sent_stale(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQL as written that pinned_sql.json was not made from is pinned where it is registered
+    (slowly, and said in the log): the stale text is never what is sent."""
+    monkeypatch.setattr(pinned, "_WRITTEN", dict(STATEMENTS))  # the real registry untouched
+    name = "catalog.names.SCHEMA_EXISTS"
+    changed = STATEMENTS[name].replace("SELECT 1", "SELECT 2")
+    assert changed != STATEMENTS[name]
+    with pytest.raises(ValueError, match="two statements"):
+        statement(name, changed)
+    sent = statement("test.CHANGED", changed)
+    assert sent == pin(changed) and "changed since pinned_sql.json" in caplog.text
+
+
+def _sent_constants() -> dict[str, str]:
+    """The constant statements the server passes a driver call (`conn.fetch(NAME, ...)` or
+    `conn.execute("...")`; aliases such as `self.x = NAME` aside): where -> text."""
+    out: dict[str, str] = {}
+    package = Path(pinned.__file__).parents[2]
+    for path in package.rglob("*.py"):
+        module = importlib.import_module(
+            ".".join(("pg_mcp_server", *path.relative_to(package).with_suffix("").parts))
+        )
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _DRIVER_CALLS
+                and node.args
+            ):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Name) and isinstance(
+                value := getattr(module, first.id, None), str
+            ):
+                out[f"{module.__name__}.{first.id}"] = value
+            elif isinstance(first, ast.Constant) and isinstance(first.value, str):
+                out[f"{module.__name__}:{node.lineno}"] = first.value
+    return out
+
+
+_DRIVER_CALLS = {"fetch", "fetchrow", "fetchval", "execute", "prepare", "executemany"}
+
+
+def test_every_constant_statement_sent_is_pinned() -> None:
+    """Every constant the server hands the driver as a statement is pinned: a registered
+    statement's text, or one written pinned by hand (that names no function, operator or
+    type to look up, or names them in pg_catalog); and nothing pins at run time but the
+    custom definitions' SQL (which is not ours)."""
+    sent = _sent_constants()
+    assert "pg_mcp_server.database.pool.engine._DETECT" in sent  # written pinned by hand
+    assert "pg_mcp_server.database.guard.state.CHECK" in sent, "the scan finds our statements"
+    assert {name: unpinned(text) for name, text in sent.items() if unpinned(text)} == {}
+    package = Path(pinned.__file__).parents[2]
+    calls = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "pin"
+    }
+    assert calls == {"database/sql/pinned.py", "custom/resolve.py"}
 
 
 def test_the_audit_is_written_pinned() -> None:

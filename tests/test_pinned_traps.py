@@ -13,7 +13,9 @@ Traps named like the operators of asyncpg's own type lookup query (`=`, `<>`, `>
 planted apart: with those, the guard refuses every statement it judges (the driver might run
 one of them, see closure._driver_lookup), so only the guarded tools' answers change; and none
 of our statements may make the driver run that lookup. A third test records every statement
-that reaches the database during a sweep and checks nothing in it is left unpinned.
+that reaches the database during a sweep and checks nothing in it is left unpinned; a fourth
+compiles every statement of ours (the registry) with all the traps first on the search path
+and shows that PostgreSQL resolved each to pg_catalog's objects only.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 from mcpclient import connect, execute, fetch
 from pgbed import PgServer
+from pglast import ast, parse_sql
+from pglast.stream import RawStream
 
-from pg_mcp_server.database.sql.pinned import unpinned
+from pg_mcp_server.database.sql.pinned import generated, pin, statements, unpinned
 
 TRAP = "PINNED TRAP"
 
@@ -344,9 +348,9 @@ async def test_every_statement_we_send_is_pinned(
 ) -> None:
     """What reaches the database during a sweep, recorded by asyncpg's query logger on every
     connection the server opens (SQL built at run time too): nothing in it is looked up on
-    the search path. The driver's own type lookup (asyncpg's SQL, which the guard checks
-    with every statement it judges) ran only for the enum of the agents' results, never for
-    a result of ours."""
+    the search path, and none of it was pinned while the server ran. The driver's own type
+    lookup (asyncpg's SQL, which the guard checks with every statement it judges) ran only
+    for the enum of the agents' results, never for a result of ours."""
     dsn, _ = bed
     sent: list[tuple[str, Any]] = []
     open_connection = asyncpg.connect
@@ -364,9 +368,12 @@ async def test_every_statement_we_send_is_pinned(
 
     monkeypatch.setattr(asyncpg, "connect", recorded)
     monkeypatch.setattr(asyncpg.Connection, "prepare", prepared)
+    before = pin.cache_info()
     async with connect(dsn) as client:
         assert _errors(await sweep(client)) == EXPECTED_ERRORS
     monkeypatch.undo()
+    after = pin.cache_info()
+    assert (after.hits, after.misses) == (before.hits, before.misses), "pinned at run time"
     assert any("pg_catalog.pg_class" in q for q, _ in sent), "the recorder saw our statements"
     assert any("string_agg" in q for q, _ in sent), "... and the statements that read rows"
     lookups = {introspection.INTRO_LOOKUP_TYPES, introspection.INTRO_LOOKUP_TYPES_13}
@@ -387,3 +394,72 @@ async def test_every_statement_we_send_is_pinned(
         and (found := [u for u in unpinned(q) if u != "tablesample method system"])
     }
     assert left == {}
+
+
+# What a name lookup finds: a statement may depend on no object of these but pg_catalog's.
+_LOOKED_UP = ("pg_proc", "pg_operator", "pg_type", "pg_collation")
+_DEPENDS_ON = pin(f"""
+SELECT pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0) AS object
+FROM pg_catalog.pg_depend d
+WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = $1
+  AND d.refclassid::pg_catalog.regclass::pg_catalog.text = ANY ('{{{",".join(_LOOKED_UP)}}}')
+  AND d.refobjid <> $2
+ORDER BY 1
+""")
+_PARAMETER_TYPES = pin(
+    "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = 'pinned_probe'"
+)
+
+
+async def _resolved_to(conn: asyncpg.Connection, text: str) -> list[str]:
+    """The functions, operators, types and collations other than pg_catalog's built-in ones
+    that the SELECTs of `text` resolve to on `conn`'s search path. PostgreSQL records what a
+    SQL-standard function body (BEGIN ATOMIC) resolved to in pg_depend, all but the objects
+    initdb made (it never records those): each SELECT becomes the body of a temporary probe
+    function, in a transaction rolled back."""
+    found: list[str] = []
+    for raw in parse_sql(text):
+        if not isinstance(raw.stmt, ast.SelectStmt):
+            continue  # SET, DISCARD, ...: nothing is looked up by name
+        sql = RawStream()(raw.stmt)
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            # What custom/resolve.py's PROBE_OID looks up: a function of the session's.
+            await conn.execute(
+                "CREATE FUNCTION pg_temp.mcp_probe() RETURNS integer LANGUAGE sql RETURN 1"
+            )
+            context = await conn.fetchval("SELECT 'pg_temp.mcp_probe'::pg_catalog.regproc::oid")
+            await conn.execute(f"PREPARE pinned_probe AS {sql}")
+            types = await conn.fetchval(_PARAMETER_TYPES)
+            await conn.execute("DEALLOCATE pinned_probe")
+            await conn.execute(
+                f"CREATE FUNCTION pg_temp.pinned_probe({', '.join(types)}) RETURNS SETOF record"
+                f" LANGUAGE sql BEGIN ATOMIC {sql}; END"
+            )
+            oid = await conn.fetchval("SELECT 'pg_temp.pinned_probe'::pg_catalog.regproc::oid")
+            found += [r["object"] for r in await conn.fetch(_DEPENDS_ON, oid, context)]
+        finally:
+            await transaction.rollback()
+    return found
+
+
+async def test_every_statement_of_ours_resolves_to_pg_catalog_only(bed: tuple[str, str]) -> None:
+    """With every trap planted in a schema first on the search path, each statement of ours
+    (every one registered, as sent) depends on nothing but pg_catalog's built-in functions,
+    operators, types and collations. The same probe over the SQL as written, before pin(),
+    finds traps: the probe sees what it is looking for."""
+    dsn, planter = bed
+    await execute(planter, _plant_sql(OPERATORS + DRIVER_NAMES, FUNCTIONS))
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SET search_path = public, pg_catalog")
+        sent = {name: await _resolved_to(conn, text) for name, (_, text) in generated().items()}
+        written = {name: await _resolved_to(conn, sql) for name, sql in statements().items()}
+    finally:
+        await conn.close()
+    assert sent.keys() == statements().keys()
+    assert {name: found for name, found in sent.items() if found} == {}
+    trapped = {name for name, found in written.items() if found}
+    assert {"catalog.tables.DESCRIBE_TABLE", "guard.state.CHECK", "pool.engine.CANCEL"} <= trapped
+    assert "operator >=(real,integer)" in written["catalog.tables.DESCRIBE_TABLE"]

@@ -36,16 +36,20 @@ from pg_mcp_server.custom.specs import (
     Where,
 )
 from pg_mcp_server.database.pool.engine import Database
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)
 
 # Languages code may be written in (C and internal functions are not code of the file).
-LANGUAGES = (
-    "SELECT lanname::text FROM pg_catalog.pg_language WHERE lanname NOT IN ('c', 'internal')"
+LANGUAGES = statement(
+    "custom.check.LANGUAGES",
+    "SELECT lanname::text FROM pg_catalog.pg_language WHERE lanname NOT IN ('c', 'internal')",
 )
-AVAILABLE = "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1::text[])"
+AVAILABLE = statement(
+    "custom.check.AVAILABLE",
+    "SELECT name FROM pg_catalog.pg_available_extensions WHERE name = ANY($1::text[])",
+)
 
 
 @dataclass(frozen=True)
@@ -246,9 +250,9 @@ async def check(defs: Definitions, db: Database, trusted: list[str] | None = Non
                 ", ".join(left_out),
             )
         checker = _Checker(defs, conn, roles, path, left_out)
-        languages = {r[0] for r in await conn.fetch(pin(LANGUAGES))}
+        languages = {r["lanname"] for r in await conn.fetch(LANGUAGES)}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
-        available = {r[0] for r in await conn.fetch(pin(AVAILABLE), wanted)} if wanted else set()
+        available = {r["name"] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()
         for tool in defs.tools:
             await checker.run(tool.where, checker.tool(tool, languages, available))
         for resource in defs.resources:

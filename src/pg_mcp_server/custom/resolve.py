@@ -46,6 +46,7 @@ from pg_mcp_server.database.sql.pinned import (
     UnpinnableSqlError,
     pin,
     qualify,
+    statement,
     unqualified_names,
     written_qualified,
 )
@@ -60,7 +61,9 @@ PROBE = "mcp_probe"
 # an operator there when it runs would pick one planted with a closer match.
 _OPEN = OPEN_SCHEMA.format(trusted="$1::pg_catalog.oid[]")
 _OPEN_2 = OPEN_SCHEMA.format(trusted="$2::pg_catalog.oid[]")
-PL_PATH = f"""
+PL_PATH = statement(
+    "custom.resolve.PL_PATH",
+    f"""
 WITH path AS (
   SELECT u.s, u.i, EXISTS (SELECT FROM pg_catalog.pg_namespace n
                            WHERE n.nspname = u.s AND {_OPEN}) AS open
@@ -72,21 +75,29 @@ SELECT pg_catalog.array_to_string(
          || ARRAY['pg_temp'], ', ') AS path,
        -- text[], not name[]: a type asyncpg knows without a look-up query of its own
        ARRAY(SELECT s::pg_catalog.text FROM path WHERE open ORDER BY i) AS left_out
-"""
+""",
+)
 SET_PATH = "SELECT pg_catalog.set_config('search_path', $1, true)"
-PARAMETERS = """
-SELECT n.nspname::pg_catalog.text, t.typname::pg_catalog.text
+PARAMETERS = statement(
+    "custom.resolve.PARAMETERS",
+    """
+SELECT n.nspname::pg_catalog.text AS schema, t.typname::pg_catalog.text AS name
 FROM pg_catalog.unnest((SELECT s.parameter_types::pg_catalog.oid[]
                         FROM pg_catalog.pg_prepared_statements s WHERE s.name = $1))
      WITH ORDINALITY AS p (oid, n)
 JOIN pg_catalog.pg_type t ON t.oid = p.oid
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 ORDER BY p.n
-"""
+""",
+)
 DEALLOCATE = f"DEALLOCATE {PROBE}"
-PROBE_OID = f"SELECT 'pg_temp.{PROBE}'::pg_catalog.regproc::pg_catalog.oid"
+PROBE_OID = statement(
+    "custom.resolve.PROBE_OID", f"SELECT 'pg_temp.{PROBE}'::pg_catalog.regproc::pg_catalog.oid"
+)
 # What the probe function depends on: every non-built-in object its body resolved to.
-DEPENDENCIES = f"""
+DEPENDENCIES = statement(
+    "custom.resolve.DEPENDENCIES",
+    f"""
 SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
        n.nspname::pg_catalog.text AS schema,
        k.name, k.label,
@@ -144,8 +155,11 @@ CROSS JOIN LATERAL (
 ) k
 JOIN pg_catalog.pg_namespace n ON n.oid = k.nsp
 WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = $1
-"""
-TRUSTED = f"SELECT {TRUSTED_ROLES}"  # the guard's trusted roles
+""",
+)
+TRUSTED = statement(
+    "custom.resolve.TRUSTED", f"SELECT {TRUSTED_ROLES.format(names='$1::pg_catalog.text[]')}"
+)  # the guard's trusted roles
 
 
 class Refused(Exception):
@@ -180,14 +194,14 @@ class Dependency:
 
 
 async def trusted_roles(conn: asyncpg.Connection, names: list[str]) -> list[int]:
-    value: list[int] = await conn.fetchval(pin(TRUSTED), names)
+    value: list[int] = await conn.fetchval(TRUSTED, names)
     return value
 
 
 async def pl_path(conn: asyncpg.Connection, trusted: list[int]) -> tuple[str, list[str]]:
     """The path PL code and fully qualified custom SQL run on, and the schemas of the
     server's path left out of it (see PL_PATH)."""
-    row = await conn.fetchrow(pin(PL_PATH), trusted)
+    row = await conn.fetchrow(PL_PATH, trusted)
     assert row is not None
     return row["path"], list(row["left_out"])
 
@@ -228,8 +242,8 @@ async def _dependencies(
     (raw,) = parse_sql(sql)
     assert raw.stmt is not None
     await conn.execute(_probe(raw.stmt, parameters))
-    oid = await conn.fetchval(pin(PROBE_OID))
-    rows = await conn.fetch(pin(DEPENDENCIES), oid, trusted)
+    oid = await conn.fetchval(PROBE_OID)
+    rows = await conn.fetch(DEPENDENCIES, oid, trusted)
     await conn.execute(f"DROP FUNCTION pg_temp.{PROBE}")
     return [Dependency(**dict(r)) for r in rows]
 
@@ -257,10 +271,10 @@ async def _parameters(conn: asyncpg.Connection, sql: str) -> list[tuple[str, str
         at = int(where) - 1 if where and str(where).isdigit() else None
         raise Invalid(exc, None if at is None else _position(sql, printed, at)) from None
     try:
-        rows = await conn.fetch(pin(PARAMETERS), PROBE)
+        rows = await conn.fetch(PARAMETERS, PROBE)
     finally:
         await conn.execute(DEALLOCATE)
-    return [(r[0], r[1]) for r in rows]
+    return [(r["schema"], r["name"]) for r in rows]
 
 
 def _locations(node: object) -> list[int]:
@@ -411,7 +425,9 @@ def _rewritten(sql: str, chosen: dict[tuple[Kind, str], str]) -> tuple[str, bool
 
 
 # Without a probe: where each unqualified name of a statement is found on the server's path.
-LOOKUP = """
+LOOKUP = statement(
+    "custom.resolve.LOOKUP",
+    """
 SELECT k.kind, k.name,
   CASE k.kind
     WHEN 'relation' THEN (
@@ -436,7 +452,8 @@ SELECT k.kind, k.name,
              WHERE n.nspname = s.nsp AND o.oprname = k.name))) AS schemas
 FROM ROWS FROM (pg_catalog.unnest($1::pg_catalog.text[]), pg_catalog.unnest($2::pg_catalog.text[]))
      AS k (kind, name)
-"""
+""",
+)
 
 
 async def _looked_up(conn: asyncpg.Connection, sql: str) -> Resolved:
@@ -446,7 +463,7 @@ async def _looked_up(conn: asyncpg.Connection, sql: str) -> Resolved:
     Nothing compares what the statement resolved to: an extension's operator of a built-in
     name (citext's =) is not used. Then prepared on the restricted path, which must work."""
     names = sorted(unqualified_names(sql))
-    rows = await conn.fetch(pin(LOOKUP), [k for k, _ in names], [n for _, n in names])
+    rows = await conn.fetch(LOOKUP, [k for k, _ in names], [n for _, n in names])
     chosen: dict[tuple[Kind, str], str] = {}
     for row in rows:
         kind, name, schema, schemas = row["kind"], row["name"], row["schema"], row["schemas"]

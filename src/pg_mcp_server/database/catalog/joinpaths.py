@@ -19,7 +19,6 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.catalog.keys import FAN_OUT, GRAPH, ForeignKey
-from pg_mcp_server.database.sql.pinned import pin
 from pg_mcp_server.errors import PathNotFoundError
 
 PATH_CAP = 1000
@@ -245,7 +244,7 @@ class GraphCache:
         statement); TABLE_NOT_FOUND if an end is missing."""
         seen = self.state
         row = await conn.fetchrow(
-            pin(GRAPH), seen.snapshot, seen.fingerprint, *start, *goal, _fan_keys_json(fan_keys)
+            GRAPH, seen.snapshot, seen.fingerprint, *start, *goal, _fan_keys_json(fan_keys)
         )
         assert row is not None
         for end, oid in ((start, row["from_oid"]), (goal, row["to_oid"])):
@@ -285,7 +284,7 @@ class GraphCache:
         found = graph.find(start_oid, goal_oid, depth)
         missing = [k for k in found.fan_keys if k not in ratios]
         if missing:
-            ratios |= _ratios(await conn.fetchval(pin(FAN_OUT), _fan_keys_json(missing)))
+            ratios |= _ratios(await conn.fetchval(FAN_OUT, _fan_keys_json(missing)))
         return graph, found, ratios
 
 

@@ -15,7 +15,7 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.catalog.tables import FK_ACTION, KEY_COLUMNS, SERVER_RUN, SNAPSHOT
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""
@@ -54,7 +54,9 @@ ORDER BY src.oid, dst.oid, from_columns, to_columns, k.conname
 # referenced object for incoming ones (pg_constraint has no index on confrelid), and handed to
 # FK_ROWS as an array so that it, too, reads pg_constraint by oid instead of scanning it.
 _BY_OID = "AND k.oid = ANY ((SELECT pg_catalog.array_agg(oid) FROM ks)::oid[])"
-FOREIGN_KEYS_OF = f"""
+FOREIGN_KEYS_OF = statement(
+    "catalog.keys.FOREIGN_KEYS_OF",
+    f"""
 WITH target AS (
   SELECT c.oid, c.relkind FROM pg_catalog.pg_class c
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -77,7 +79,8 @@ ks AS (
 fk AS ({FK_ROWS.format(where=_BY_OID)})
 SELECT EXISTS (SELECT 1 FROM target) AS found,
        coalesce((SELECT pg_catalog.json_agg(fk ORDER BY fk.constraint_name) FROM fk), '[]') AS keys
-"""
+""",
+)
 
 # A fingerprint of everything the graph is made of. xmin changes whenever a row is inserted or
 # replaced (ANALYZE/VACUUM update pg_class in place, which keeps it), and the counts catch
@@ -117,7 +120,7 @@ _FAN_OUT = """(SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
             WHERE c.oid = w.oid))), '[]')
     FROM pg_catalog.json_to_recordset(${n}::pg_catalog.json) AS w(oid oid, columns text[]))"""
 
-FAN_OUT = f"SELECT {_FAN_OUT.format(n=1)} AS fan_out"
+FAN_OUT = statement("catalog.keys.FAN_OUT", f"SELECT {_FAN_OUT.format(n=1)} AS fan_out")
 
 # One round trip: the statement's snapshot, the two tables' oids, the fan-out statistics of the
 # keys in $7 (those the paths found in the cached graph walk backwards), the fingerprint only when
@@ -130,7 +133,9 @@ FAN_OUT = f"SELECT {_FAN_OUT.format(n=1)} AS fan_out"
 # standby, whose snapshots list in-progress transactions elsewhere: there the fingerprint is
 # always computed.) Each CASE branch holds its subqueries, which PostgreSQL runs only when the
 # branch is taken.
-GRAPH = f"""
+GRAPH = statement(
+    "catalog.keys.GRAPH",
+    f"""
 WITH now AS MATERIALIZED (SELECT {SNAPSHOT} AS snapshot),
 fp AS MATERIALIZED (
   SELECT CASE WHEN now.snapshot IS DISTINCT FROM $1 OR pg_catalog.pg_is_in_recovery()
@@ -144,7 +149,8 @@ SELECT now.snapshot, fp.fingerprint,
        END AS keys,
        {_FAN_OUT.format(n=7)} AS fan_out
 FROM now, fp
-"""
+""",
+)
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,7 @@ async def foreign_keys_of(
     conn: asyncpg.Connection, schema: str, table: str
 ) -> tuple[list[ForeignKey], list[ForeignKey]]:
     """Outgoing and incoming keys of a table (one statement); TABLE_NOT_FOUND if none such."""
-    row = await conn.fetchrow(pin(FOREIGN_KEYS_OF), schema, table)
+    row = await conn.fetchrow(FOREIGN_KEYS_OF, schema, table)
     assert row is not None
     if not row["found"]:
         raise await catalog.missing_table(conn, schema, table)

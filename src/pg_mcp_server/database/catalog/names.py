@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 
 MAX_VALUES = 100  # names a completion returns (the protocol's limit)
 NAME_BYTES = 63  # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes
@@ -39,30 +39,42 @@ _RANGE = f"""(SELECT c.relname FROM pg_catalog.pg_class c
 # $1 schema, $2 ILIKE pattern or NULL, $3 MAX_VALUES + 1, $4.. the ranges' bounds ('' to ''
 # for an unused one). The ranges are separate branches rather than an unnested array so the
 # planner sees each range's bounds (and so its size) and picks the index scan that stops early.
-TABLE_NAMES = f"""
+TABLE_NAMES = statement(
+    "catalog.names.TABLE_NAMES",
+    f"""
 WITH ns AS (SELECT n.oid FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
 hits AS ({" UNION ALL ".join(_RANGE.format(lo=4 + 2 * i, hi=5 + 2 * i) for i in range(RANGES))})
 SELECT (SELECT pg_catalog.count(*) FROM hits)::int AS found,
        ARRAY(SELECT h.relname::text FROM hits h ORDER BY h.relname LIMIT {MAX_VALUES}) AS names
 FROM ns
-"""
+""",
+)
 
 # pg_namespace is small: a plain scan. System schemas only when the prefix names one.
-SCHEMA_NAMES = f"""
+SCHEMA_NAMES = statement(
+    "catalog.names.SCHEMA_NAMES",
+    f"""
 SELECT pg_catalog.count(*)::int AS total,
        (pg_catalog.array_agg(n.nspname::text ORDER BY n.nspname))[1:{MAX_VALUES}] AS names
 FROM pg_catalog.pg_namespace n
 WHERE n.nspname::text COLLATE "default" ILIKE $1
   AND n.nspname !~ '^pg_(toast|temp_|toast_temp_)'
   AND (n.nspname !~ '^pg_' AND n.nspname <> 'information_schema' OR pg_catalog.length($2) >= 2)
-"""
+""",
+)
 
-SCHEMA_EXISTS = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)"
-TABLE_EXISTS = f"""
+SCHEMA_EXISTS = statement(
+    "catalog.names.SCHEMA_EXISTS",
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)",
+)
+TABLE_EXISTS = statement(
+    "catalog.names.TABLE_EXISTS",
+    f"""
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN {_RELKINDS})
-"""
+""",
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,7 @@ async def table_names(conn: asyncpg.Connection, schema: str, prefix: str) -> Nam
     does) whose names start with `prefix`, ignoring case, in name order."""
     if _too_long(prefix) or _too_long(schema):
         return Names([], 0, False)
-    row = await conn.fetchrow(pin(TABLE_NAMES), *table_name_binds(schema, prefix))
+    row = await conn.fetchrow(TABLE_NAMES, *table_name_binds(schema, prefix))
     if row is None:  # no such schema
         return Names([], 0, False)
     found: int = row["found"]
@@ -137,7 +149,7 @@ async def table_names(conn: asyncpg.Connection, schema: str, prefix: str) -> Nam
 async def schema_names(conn: asyncpg.Connection, prefix: str) -> Names:
     if _too_long(prefix):
         return Names([], 0, False)
-    row = await conn.fetchrow(pin(SCHEMA_NAMES), like_prefix(prefix), prefix)
+    row = await conn.fetchrow(SCHEMA_NAMES, like_prefix(prefix), prefix)
     assert row is not None
     names: list[str] = row["names"] or []
     return Names(names, row["total"], row["total"] > len(names))
@@ -145,10 +157,10 @@ async def schema_names(conn: asyncpg.Connection, prefix: str) -> Names:
 
 async def require_table(conn: asyncpg.Connection, schema: str, table: str) -> None:
     """Raise TABLE_NOT_FOUND (or SCHEMA_NOT_FOUND) with the closest names, as the tools do."""
-    if not await conn.fetchval(pin(TABLE_EXISTS), schema, table):
+    if not await conn.fetchval(TABLE_EXISTS, schema, table):
         raise await catalog.missing_table(conn, schema, table)
 
 
 async def require_schema(conn: asyncpg.Connection, schema: str) -> None:
-    if not await conn.fetchval(pin(SCHEMA_EXISTS), schema):
+    if not await conn.fetchval(SCHEMA_EXISTS, schema):
         raise await catalog.missing_schema(conn, schema)

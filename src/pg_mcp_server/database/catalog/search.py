@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog.tables import column_lines
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.errors import ParameterError
 
 MAX_WORDS = 8
@@ -37,7 +37,9 @@ _BEST_COLUMNS = f"""AND a.attnum = ANY (ARRAY(
     GROUP BY h.attnum ORDER BY count(*) DESC, max(h.score) DESC, h.attnum
     LIMIT {COLUMNS_SHOWN}))"""
 
-SEARCH = f"""
+SEARCH = statement(
+    "catalog.search.SEARCH",
+    f"""
 WITH words AS (
     SELECT u.word, u.ord FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u(word, ord)
 ),
@@ -97,7 +99,8 @@ SELECT r.nspname AS schema_name, r.relname AS table_name,
        page.total
 FROM page JOIN rel r ON r.oid = page.oid
 ORDER BY page.words DESC, page.score DESC, page.nspname, page.relname
-"""
+""",
+)
 
 
 def search_words(query: str) -> list[str]:
@@ -128,6 +131,6 @@ async def search_tables(
 ) -> tuple[list[dict[str, Any]], int]:
     """The best `limit` matches and how many tables match in all."""
     words = search_words(query)
-    rows = await conn.fetch(pin(SEARCH), words, limit, [f"%{w}%" for w in words])
+    rows = await conn.fetch(SEARCH, words, limit, [f"%{w}%" for w in words])
     total = int(rows[0]["total"]) if rows else 0
     return [{k: v for k, v in r.items() if k != "total"} for r in rows], total

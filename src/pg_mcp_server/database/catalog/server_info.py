@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.rows.redaction import mask_query, mask_setting
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 
 # Settings an agent commonly needs (planner costs and memory, timeouts, locale, search path,
 # replication level), listed even when they are at their defaults. Names a server does not
@@ -59,7 +59,9 @@ COMMON_SETTINGS = [
     "work_mem",
 ]
 
-SYSTEM_INFO = """
+SYSTEM_INFO = statement(
+    "catalog.server_info.SYSTEM_INFO",
+    """
 SELECT pg_catalog.json_build_object(
     'version', pg_catalog.version(),
     'server_version', pg_catalog.current_setting('server_version'),
@@ -84,11 +86,14 @@ SELECT pg_catalog.json_build_object(
         JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace))
 FROM pg_catalog.pg_database d
 WHERE d.datname = pg_catalog.current_database()
-"""
+""",
+)
 
 # $1: every setting; otherwise those not at their built-in value plus COMMON_SETTINGS ($2).
 # ('override' marks values computed at start-up, such as wal_buffers: not a choice anyone made.)
-SETTINGS = """
+SETTINGS = statement(
+    "catalog.server_info.SETTINGS",
+    """
 SELECT pg_catalog.json_build_object(
     'count', pg_catalog.count(*),
     'settings', coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
@@ -96,14 +101,17 @@ SELECT pg_catalog.json_build_object(
         'description', s.short_desc) ORDER BY s.name), '[]'))
 FROM pg_catalog.pg_settings s
 WHERE $1 OR s.source NOT IN ('default', 'override') OR s.name = ANY($2::text[])
-"""
+""",
+)
 
 # Durations in seconds up to the moment of reading (not now(), the transaction's start, which
 # for this session comes before its own query_start); the query text is cut at QUERY_CHARS,
 # and this statement's own text is left out.
 QUERY_CHARS = 1000
 _SECONDS = "pg_catalog.round(pg_catalog.date_part('epoch', t.now - a.{})::numeric, 3)"
-ACTIVITY = f"""
+ACTIVITY = statement(
+    "catalog.server_info.ACTIVITY",
+    f"""
 SELECT pg_catalog.json_build_object(
     'count', pg_catalog.count(*),
     'sessions', coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
@@ -125,12 +133,15 @@ SELECT pg_catalog.json_build_object(
             ELSE pg_catalog.left(a.query, {QUERY_CHARS}) END)
         ORDER BY a.backend_type <> 'client backend', a.backend_type, a.pid), '[]'))
 FROM pg_catalog.pg_stat_activity a, (SELECT pg_catalog.clock_timestamp() AS now) t
-"""
+""",
+)
 
 # On a standby "current" is the last replayed position, on a primary the current write position.
 _CURRENT_LSN = """CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn()
     ELSE pg_catalog.pg_current_wal_lsn() END"""
-REPLICATION = f"""
+REPLICATION = statement(
+    "catalog.server_info.REPLICATION",
+    f"""
 SELECT pg_catalog.json_build_object(
     'is_standby', pg_catalog.pg_is_in_recovery(),
     'replicas', (
@@ -163,11 +174,12 @@ SELECT pg_catalog.json_build_object(
         'receive_lsn', pg_catalog.pg_last_wal_receive_lsn(),
         'replay_lsn', pg_catalog.pg_last_wal_replay_lsn(),
         'last_replayed_commit_time', pg_catalog.pg_last_xact_replay_timestamp()) END)
-"""
+""",
+)
 
 
 async def _document(conn: asyncpg.Connection, sql: str, *args: Any) -> dict[str, Any]:
-    value = await conn.fetchval(pin(sql), *args)
+    value = await conn.fetchval(sql, *args)
     # Pooled connections decode json themselves (SQLAlchemy's asyncpg dialect); others do not.
     document: dict[str, Any] = json.loads(value) if isinstance(value, str) else value
     return document

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.errors import (
     SchemaNotFoundError,
     TableNotFoundError,
@@ -183,7 +183,9 @@ def column_lines(c: str, where: str = "", comment: bool = False) -> str:
     ORDER BY a.attnum)"""
 
 
-LIST_SCHEMAS = """
+LIST_SCHEMAS = statement(
+    "catalog.tables.LIST_SCHEMAS",
+    """
 SELECT n.nspname AS name,
        pg_catalog.pg_get_userbyid(n.nspowner) AS owner,
        pg_catalog.obj_description(n.oid, 'pg_namespace') AS description,
@@ -199,7 +201,8 @@ LEFT JOIN (
 ) k ON k.relnamespace = n.oid
 WHERE $1 OR (n.nspname !~ '^pg_' AND n.nspname <> 'information_schema')
 ORDER BY n.nspname
-"""
+""",
+)
 
 _LISTED = """c.relnamespace = n.oid AND c.relkind::text = ANY($2::text[])
     AND NOT c.relispartition AND ($3::text IS NULL OR c.relname ILIKE $3)"""
@@ -207,7 +210,9 @@ _LISTED = """c.relnamespace = n.oid AND c.relkind::text = ANY($2::text[])
 # One page of objects, the details computed for that page only (the schema map's column
 # lines only when $6). When the schema exists but nothing is on the page there is one row of
 # NULLs (the LEFT JOINs), with the total; when the schema does not exist there is no row at all.
-LIST_TABLES = f"""
+LIST_TABLES = statement(
+    "catalog.tables.LIST_TABLES",
+    f"""
 SELECT t.*, counted.total
 FROM pg_catalog.pg_namespace n
 -- Counted once for the schema (in the select list it would run once per row).
@@ -238,7 +243,8 @@ LEFT JOIN LATERAL (
 ) t ON true
 WHERE n.nspname = $1
 ORDER BY t.name
-"""
+""",
+)
 
 # This run of the server and this incarnation of the database. A snapshot means something
 # only within one run: a database rebuilt by the same script (re-initialised, restored,
@@ -270,7 +276,9 @@ _DESCRIBE_TOKEN = f"""{SNAPSHOT} || '/'
 # current token, see SnapshotCache), and apart from it what changes outside transactions; no
 # row when there is no such relation. Nulls and defaults are left to the model (models.compact)
 # to drop; an index's definition is given only when it says more than its other fields.
-DESCRIBE_TABLE = f"""
+DESCRIBE_TABLE = statement(
+    "catalog.tables.DESCRIBE_TABLE",
+    f"""
 WITH tok AS MATERIALIZED (SELECT {_DESCRIBE_TOKEN} AS token),
 rel AS (
     SELECT c.oid, c.relname, n.nspname, c.relkind, c.reltuples, c.relnamespace, c.relispartition,
@@ -414,11 +422,14 @@ tok.token,
 facts.*,
 pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}) AS size_pretty
 FROM rel CROSS JOIN {ROW_FACTS.format(c="rel")}, tok
-"""
+""",
+)
 
 # What get_sample_rows needs before it can build its SELECT. (Names come back as text[]: for
 # name[] asyncpg would run a type lookup query of its own, see closure._driver_lookup.)
-TABLE_SHAPE = f"""
+TABLE_SHAPE = statement(
+    "catalog.tables.TABLE_SHAPE",
+    f"""
 SELECT c.relkind::text AS relkind, c.relispopulated, c.relpages,
        {_ROWS.format(c="c")} AS estimated_rows,
        ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
@@ -433,10 +444,13 @@ SELECT c.relkind::text AS relkind, c.relispopulated, c.relpages,
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-"""
+""",
+)
 
 # Only on the error path: what to suggest instead of a missing schema or table.
-NEAR_NAMES = """
+NEAR_NAMES = statement(
+    "catalog.tables.NEAR_NAMES",
+    """
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS schema_exists,
        ARRAY(SELECT nspname::text FROM pg_catalog.pg_namespace
              WHERE nspname !~ '^pg_' AND nspname <> 'information_schema'
@@ -449,11 +463,12 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS sche
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
              ORDER BY n.nspname) AS schemas_with_table
-"""
+""",
+)
 
 
 async def list_schemas(conn: asyncpg.Connection, include_system: bool) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(pin(LIST_SCHEMAS), include_system)]
+    return [dict(r) for r in await conn.fetch(LIST_SCHEMAS, include_system)]
 
 
 async def list_tables(
@@ -468,7 +483,7 @@ async def list_tables(
     """One page of the schema's tables and the number of all that match."""
     kinds = RELKINDS_ALL if include_views else RELKINDS_TABLES
     rows = await conn.fetch(
-        pin(LIST_TABLES), schema, kinds, name_pattern, limit, offset, include_columns
+        LIST_TABLES, schema, kinds, name_pattern, limit, offset, include_columns
     )
     if not rows:
         raise await missing_schema(conn, schema)
@@ -528,7 +543,7 @@ async def describe_table(
     when `known_token` is still the current token (see SnapshotCache); then `token`,
     `estimated_row_count` and `size_pretty`, always read afresh."""
     row = await conn.fetchrow(
-        pin(DESCRIBE_TABLE), schema, table, include_indexes, include_constraints, known_token
+        DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_token
     )
     if row is None:
         raise await missing_table(conn, schema, table)
@@ -536,7 +551,7 @@ async def describe_table(
 
 
 async def table_shape(conn: asyncpg.Connection, schema: str, table: str) -> asyncpg.Record:
-    row = await conn.fetchrow(pin(TABLE_SHAPE), schema, table)
+    row = await conn.fetchrow(TABLE_SHAPE, schema, table)
     if row is None:
         raise await missing_table(conn, schema, table)
     return row
@@ -548,10 +563,10 @@ async def _near_names(conn: asyncpg.Connection, schema: str, table: str) -> asyn
     shadowed on the search path could have changed session settings in it; so this one gets
     an explicit read-only transaction of its own, whatever the session defaults now say."""
     if conn.is_in_transaction():
-        row = await conn.fetchrow(pin(NEAR_NAMES), schema, table)
+        row = await conn.fetchrow(NEAR_NAMES, schema, table)
     else:
         async with conn.transaction(readonly=True):
-            row = await conn.fetchrow(pin(NEAR_NAMES), schema, table)
+            row = await conn.fetchrow(NEAR_NAMES, schema, table)
     assert row is not None
     return row
 

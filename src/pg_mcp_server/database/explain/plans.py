@@ -27,17 +27,20 @@ from pg_mcp_server.database.rows import rewrite
 from pg_mcp_server.database.rows.params import bind
 from pg_mcp_server.database.rows.reader import Shapes, judge_hidden, scrubbed
 from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.errors import ParameterError
 
 LARGE_TABLE = 10_000  # rows: a sequential scan above this is worth a warning
 ESTIMATE_FACTOR = 10  # planned vs actual rows: off by this much is worth a warning
 
-RELATION_ROWS = """
+RELATION_ROWS = statement(
+    "explain.plans.RELATION_ROWS",
+    """
 SELECT n.nspname, c.relname, c.reltuples::bigint AS rows
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relname = ANY($1::text[])
-"""
+""",
+)
 
 
 @dataclass
@@ -182,7 +185,7 @@ async def explain(
     scanned = sorted({n["Relation Name"] for n in _nodes(root) if n.get("Node Type") == "Seq Scan"})
     table_rows: dict[tuple[str | None, str], int] = {}
     if scanned:
-        for r in await conn.fetch(pin(RELATION_ROWS), scanned):
+        for r in await conn.fetch(RELATION_ROWS, scanned):
             table_rows[(r["nspname"], r["relname"])] = r["rows"]
             key = (None, r["relname"])
             table_rows[key] = max(table_rows.get(key, 0), r["rows"])

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 import asyncpg
 
 from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.database.sql.refs import Refs, refs_of
 
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
@@ -186,6 +186,7 @@ class Type(NamedTuple):
 
 
 class Range(NamedTuple):
+    type: int
     subtype: int
     canonical: int
     subtype_diff: int
@@ -257,10 +258,11 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 # server can), and MCP_TRUSTED_ROLES; but for superusers, only while no other role may act as
 # them: a member (SET ROLE) that is none of these, or before PostgreSQL 16 any role with
 # CREATEROLE (it may grant itself any role), makes a role untrusted (attack3 F16).
+# `{names}`: a text[] of MCP_TRUSTED_ROLES (each statement passes it its own way).
 TRUSTED_ROLES = f"""ARRAY(
     WITH named AS (
         SELECT r.oid FROM pg_catalog.pg_roles r
-        WHERE r.rolsuper OR r.rolname = ANY ($1::pg_catalog.text[])
+        WHERE r.rolsuper OR r.rolname = ANY ({{names}})
            OR r.rolname IN (CURRENT_USER, 'pg_database_owner')
            OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
                        WHERE d.datname = pg_catalog.current_database()))
@@ -305,65 +307,137 @@ _CONFIGURED = """coalesce((SELECT pg_catalog.array_agg(DISTINCT x.s) FROM pg_cat
         pg_catalog.replace(pg_catalog.substr(c.setting, 13), '"', ''), ' ', ''), ',')) AS x(s)
     WHERE c.setting LIKE 'search\\_path=%'), ARRAY[]::pg_catalog.text[])"""
 
-CATALOG = f"""
+
+def _array(row: Any, columns: dict[str, str]) -> str:
+    """A JSON array of the SQL expressions `columns` names, for rows decoded with
+    `row._make` (a NamedTuple): the names tie each expression to its field, checked here,
+    so the statement and the class cannot drift apart by position."""
+    if tuple(columns) != row._fields:
+        raise AssertionError(f"{row.__name__}: the SQL names {tuple(columns)}, not its fields")
+    return "pg_catalog.json_build_array(\n      " + ",\n      ".join(columns.values()) + ")"
+
+
+# Each of CATALOG's rows of pg_proc (p, with its pg_language l, pg_aggregate a and extension
+# membership e), field by field.
+_FUNCTION_COLUMNS = {
+    "oid": "p.oid::bigint",
+    "schema": "p.pronamespace::bigint",
+    "name": "p.proname",
+    "nargs": "p.pronargs",
+    "ndefaults": "p.pronargdefaults",
+    "variadic": "p.provariadic <> 0::pg_catalog.oid",
+    "volatility": "p.provolatile",
+    "kind": "p.prokind",
+    "language": "l.lanname",
+    "owner": "p.proowner::bigint",
+    "source": """CASE
+           WHEN l.lanname IN ('internal', 'c') OR (l.lanname = 'sql' AND p.prosqlbody IS NULL)
+           THEN p.prosrc
+           -- PL/pgSQL: the whole statement, which its parser needs (arguments are variables)
+           WHEN l.lanname = 'plpgsql' AND p.prokind <> 'p'
+           THEN 'CREATE FUNCTION f(' || pg_catalog.pg_get_function_arguments(p.oid)
+                || ') RETURNS ' || pg_catalog.pg_get_function_result(p.oid)
+                || ' LANGUAGE plpgsql AS ' || pg_catalog.quote_literal(p.prosrc) END""",
+    "trees": """pg_catalog.concat_ws(' ', p.proargdefaults::pg_catalog.text,
+                           p.prosqlbody::pg_catalog.text)""",
+    "support": "p.prosupport::pg_catalog.oid::bigint",
+    "aggregate": """ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn,
+            a.aggdeserialfn, a.aggmtransfn, a.aggminvtransfn,
+            a.aggmfinalfn]::pg_catalog.oid[]::bigint[]""",
+    "sort_operator": "coalesce(a.aggsortop, 0)::bigint",
+    "types": """pg_catalog.array_cat(
+          pg_catalog.array_append(coalesce(p.proallargtypes, p.proargtypes::pg_catalog.oid[]),
+                                  p.prorettype),
+          ARRAY[a.aggtranstype, a.aggmtranstype])::pg_catalog.int8[]""",
+    "xmin": xmin("p"),
+    "aggregate_xmin": xmin("a"),
+    "extension_xmin": xmin("e"),
+    "search_path": """(SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
+       WHERE c LIKE 'search\\_path=%')""",
+    "owner_name": f"CASE WHEN p.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(p.proowner) END",
+    "argument_names": "p.proargnames",
+    "extension_owner": """(SELECT x.extowner::bigint FROM pg_catalog.pg_extension x
+       WHERE x.oid = e.refobjid)""",
+    "arguments": "p.proargtypes::pg_catalog.oid[]::bigint[]",
+}
+# The fields decoded from JSON arrays into tuples (without the zeros of absent ones).
+_AGGREGATE, _TYPES, _ARGUMENT_NAMES, _ARGUMENTS = (
+    Function._fields.index(name) for name in ("aggregate", "types", "argument_names", "arguments")
+)
+_OPERATOR_COLUMNS = {
+    "oid": "o.oid::bigint",
+    "schema": "o.oprnamespace::bigint",
+    "name": "o.oprname",
+    "kind": "o.oprkind",
+    "left": "o.oprleft::bigint",
+    "right": "o.oprright::bigint",
+    "result": "o.oprresult::bigint",
+    "code": "o.oprcode::pg_catalog.oid::bigint",
+    "restrict": "o.oprrest::pg_catalog.oid::bigint",
+    "join": "o.oprjoin::pg_catalog.oid::bigint",
+    "commutator": "o.oprcom::bigint",
+    "negator": "o.oprnegate::bigint",
+    "xmin": xmin("o"),
+    "owner": "o.oprowner::bigint",
+    "owner_name": f"CASE WHEN o.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(o.oprowner) END",
+}
+# (The functions, in this order: input and receive are the ones a value is read with.)
+_TYPE_FUNCTIONS = ("typinput", "typoutput", "typreceive", "typsend", "typmodin", "typmodout")
+_TYPE_COLUMNS = {
+    "oid": "t.oid::bigint",
+    "schema": "t.typnamespace::bigint",
+    "name": "t.typname",
+    "kind": "t.typtype",
+    "functions": f"""ARRAY[{", ".join(f"t.{f}" for f in _TYPE_FUNCTIONS)},
+            t.typsubscript]::pg_catalog.oid[]::bigint[]""",
+    "element": "t.typelem::bigint",
+    "base": "t.typbasetype::bigint",
+    "relation": "t.typrelid::bigint",
+    "xmin": xmin("t"),
+    "owner": "t.typowner::bigint",
+    "owner_name": f"CASE WHEN t.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(t.typowner) END",
+}
+_TYPE_FUNCTIONS_AT = Type._fields.index("functions")
+_READERS = tuple(_TYPE_FUNCTIONS.index(f) for f in ("typinput", "typreceive"))
+_RANGE_COLUMNS = {
+    "type": "r.rngtypid::bigint",
+    "subtype": "r.rngsubtype::bigint",
+    "canonical": "r.rngcanonical::pg_catalog.oid::bigint",
+    "subtype_diff": "r.rngsubdiff::pg_catalog.oid::bigint",
+    "subtype_family": "c.opcfamily::bigint",
+    "multirange": "r.rngmultitypid::bigint",
+}
+_CAST_COLUMNS = {
+    "oid": "c.oid::bigint",
+    "source": "c.castsource::bigint",
+    "target": "c.casttarget::bigint",
+    "function": "c.castfunc::bigint",
+    "context": "c.castcontext",
+}
+
+CATALOG = statement(
+    "guard.facts.CATALOG",
+    f"""
 SELECT
   pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
   current_user AS role,
-  {TRUSTED_ROLES} AS trusted,
+  {TRUSTED_ROLES.format(names="$1::pg_catalog.text[]")} AS trusted,
   {SMALL_CATALOGS} AS small,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
       CASE WHEN n.nspname = ANY (pg_catalog.current_schemas(true))
              OR n.nspname = ANY ({_CONFIGURED}) THEN {CREATORS} END))
    FROM pg_catalog.pg_namespace n) AS schemas,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      p.oid::bigint, p.pronamespace::bigint, p.proname, p.pronargs, p.pronargdefaults,
-      p.provariadic <> 0::pg_catalog.oid, p.provolatile, p.prokind, l.lanname,
-      p.proowner::bigint,
-      CASE WHEN l.lanname IN ('internal', 'c') OR (l.lanname = 'sql' AND p.prosqlbody IS NULL)
-           THEN p.prosrc
-           -- PL/pgSQL: the whole statement, which its parser needs (arguments are variables)
-           WHEN l.lanname = 'plpgsql' AND p.prokind <> 'p'
-           THEN 'CREATE FUNCTION f(' || pg_catalog.pg_get_function_arguments(p.oid)
-                || ') RETURNS ' || pg_catalog.pg_get_function_result(p.oid)
-                || ' LANGUAGE plpgsql AS ' || pg_catalog.quote_literal(p.prosrc) END,
-      pg_catalog.concat_ws(' ', p.proargdefaults::pg_catalog.text,
-                           p.prosqlbody::pg_catalog.text),
-      p.prosupport::pg_catalog.oid::bigint,
-      ARRAY[a.aggtransfn, a.aggfinalfn, a.aggcombinefn, a.aggserialfn, a.aggdeserialfn,
-            a.aggmtransfn, a.aggminvtransfn, a.aggmfinalfn]::pg_catalog.oid[]::bigint[],
-      coalesce(a.aggsortop, 0)::bigint,
-      pg_catalog.array_cat(
-          pg_catalog.array_append(coalesce(p.proallargtypes, p.proargtypes::pg_catalog.oid[]),
-                                  p.prorettype),
-          ARRAY[a.aggtranstype, a.aggmtranstype])::pg_catalog.int8[],
-      {xmin("p")}, {xmin("a")}, {xmin("e")},
-      (SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
-       WHERE c LIKE 'search\\_path=%'),
-      CASE WHEN p.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(p.proowner) END,
-      p.proargnames,
-      (SELECT x.extowner::bigint FROM pg_catalog.pg_extension x WHERE x.oid = e.refobjid),
-      p.proargtypes::pg_catalog.oid[]::bigint[]))
+  (SELECT pg_catalog.json_agg({_array(Function, _FUNCTION_COLUMNS)})
    FROM pg_catalog.pg_proc p
    JOIN pg_catalog.pg_language l ON l.oid = p.prolang
    LEFT JOIN pg_catalog.pg_aggregate a ON a.aggfnoid = p.oid
    LEFT JOIN pg_catalog.pg_depend e
      ON e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND e.objid = p.oid
     AND e.deptype = 'e') AS functions,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      o.oid::bigint, o.oprnamespace::bigint, o.oprname, o.oprkind, o.oprleft::bigint,
-      o.oprright::bigint, o.oprresult::bigint, o.oprcode::pg_catalog.oid::bigint,
-      o.oprrest::pg_catalog.oid::bigint, o.oprjoin::pg_catalog.oid::bigint, o.oprcom::bigint,
-      o.oprnegate::bigint, {xmin("o")}, o.oprowner::bigint,
-      CASE WHEN o.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(o.oprowner) END))
+  (SELECT pg_catalog.json_agg({_array(Operator, _OPERATOR_COLUMNS)})
    FROM pg_catalog.pg_operator o) AS operators,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      t.oid::bigint, t.typnamespace::bigint, t.typname, t.typtype,
-      ARRAY[t.typinput, t.typoutput, t.typreceive, t.typsend, t.typmodin, t.typmodout,
-            t.typsubscript]::pg_catalog.oid[]::bigint[],
-      t.typelem::bigint, t.typbasetype::bigint, t.typrelid::bigint, {xmin("t")},
-      t.typowner::bigint,
-      CASE WHEN t.oid >= {USER_OID} THEN pg_catalog.pg_get_userbyid(t.typowner) END))
+  (SELECT pg_catalog.json_agg({_array(Type, _TYPE_COLUMNS)})
    FROM pg_catalog.pg_type t
    -- NOT_A_TABLE_ROW_TYPE as joins: one hash join instead of 20,000 subqueries on 10k tables
    LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
@@ -373,9 +447,7 @@ SELECT
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
       k.contypid::bigint, k.conbin::pg_catalog.text, {xmin("k")}))
    FROM pg_catalog.pg_constraint k WHERE k.contypid > 0::pg_catalog.oid) AS domain_constraints,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      r.rngtypid::bigint, r.rngsubtype::bigint, r.rngcanonical::pg_catalog.oid::bigint,
-      r.rngsubdiff::pg_catalog.oid::bigint, c.opcfamily::bigint, r.rngmultitypid::bigint))
+  (SELECT pg_catalog.json_agg({_array(Range, _RANGE_COLUMNS)})
    FROM pg_catalog.pg_range r JOIN pg_catalog.pg_opclass c ON c.oid = r.rngsubopc) AS ranges,
   (SELECT pg_catalog.json_agg(
       pg_catalog.json_build_array(c.opcintype::bigint, c.opcfamily::bigint))
@@ -386,17 +458,17 @@ SELECT
             WHERE p.amprocfamily = f.oid),
       ARRAY(SELECT o.amopopr::bigint FROM pg_catalog.pg_amop o WHERE o.amopfamily = f.oid)))
    FROM pg_catalog.pg_opfamily f) AS families,
-  (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-      c.oid::bigint, c.castsource::bigint, c.casttarget::bigint, c.castfunc::bigint,
-      c.castcontext))
+  (SELECT pg_catalog.json_agg({_array(Cast, _CAST_COLUMNS)})
    FROM pg_catalog.pg_cast c) AS casts
-"""
+""",
+)
 
 
-def rows(value: Any) -> list[list[Any]]:
+def rows(value: Any) -> list[Any]:
+    """A JSON array of rows (arrays or objects), decoded unless the driver did."""
     if value is None:
         return []
-    rows: list[list[Any]] = json.loads(value) if isinstance(value, str) else value
+    rows: list[Any] = json.loads(value) if isinstance(value, str) else value
     return rows
 
 
@@ -441,16 +513,16 @@ class Catalog:
     async def read(
         cls, conn: asyncpg.Connection, trusted_names: tuple[str, ...], generation: int
     ) -> Catalog:
-        row = await conn.fetchrow(pin(CATALOG), list(trusted_names))
+        row = await conn.fetchrow(CATALOG, list(trusted_names))
         assert row is not None
         catalog = cls(generation=generation, trusted_names=trusted_names)
         catalog._fill(row)
         return catalog
 
     def _fill(self, row: asyncpg.Record) -> None:
-        schemas = rows(row["schemas"])
-        self.schemas = {r[0]: r[1] for r in schemas}
-        self.usable = {r[0] for r in schemas if r[2]}
+        schemas = rows(row["schemas"])  # (oid, name, usable, creators) each
+        self.schemas = {oid: name for oid, name, _, _ in schemas}
+        self.usable = {oid for oid, _, usable, _ in schemas if usable}
         self.schema_oids = {name: oid for oid, name in self.schemas.items()}
         self.role = row["role"]
         self.path_names = tuple(row["path"])
@@ -464,35 +536,38 @@ class Catalog:
                 self.open_schemas[oid] = untrusted
         self.small = row["small"]
         for r in rows(row["functions"]):
-            r[13] = tuple(o for o in r[13] or () if o)  # an aggregate's support functions
-            r[15] = tuple(t for t in r[15] if t)  # its types
-            r[21] = tuple(r[21] or ())  # argument names
-            r[23] = tuple(r[23])
-            fn = Function(*r)
+            r[_AGGREGATE] = tuple(o for o in r[_AGGREGATE] or () if o)
+            r[_TYPES] = tuple(t for t in r[_TYPES] if t)
+            r[_ARGUMENT_NAMES] = tuple(r[_ARGUMENT_NAMES] or ())
+            r[_ARGUMENTS] = tuple(r[_ARGUMENTS])
+            fn = Function._make(r)
             self.functions[fn.oid] = fn
             self.functions_named.setdefault(fn.name, []).append(fn)
         for r in rows(row["operators"]):
-            op = Operator(*r)
+            op = Operator._make(r)
             self.operators[op.oid] = op
             self.operators_named.setdefault(op.name, []).append(op)
         for r in rows(row["types"]):
-            self.input_functions.update(f for f in (r[4][0], r[4][2]) if f)
-            typ = Type(r[0], r[1], r[2], r[3], tuple(f for f in r[4] if f), *r[5:])
+            functions = r[_TYPE_FUNCTIONS_AT]
+            self.input_functions.update(f for f in (functions[i] for i in _READERS) if f)
+            r[_TYPE_FUNCTIONS_AT] = tuple(f for f in functions if f)
+            typ = Type._make(r)
             self.types[typ.oid] = typ
             self.types_named[(typ.schema, typ.name)] = typ
         for type_oid, tree, xmin in rows(row["domain_constraints"]):
             self.domain_checks.setdefault(type_oid, []).append((tree or "", xmin))
         for r in rows(row["ranges"]):
-            self.ranges[r[0]] = Range(*r[1:])
-            if r[5]:
-                self.multiranges[r[5]] = r[0]
+            rng = Range._make(r)
+            self.ranges[rng.type] = rng
+            if rng.multirange:
+                self.multiranges[rng.multirange] = rng.type
         for type_oid, family in rows(row["default_families"]):
             self.default_families.setdefault(type_oid, []).append(family)
         for family, procs, oprs in rows(row["families"]):
             self.families[family] = (procs, oprs)
             for opr in oprs:
                 self.operator_families.setdefault(opr, []).append(family)
-        self.casts = [Cast(*r) for r in rows(row["casts"])]
+        self.casts = [Cast._make(r) for r in rows(row["casts"])]
 
     def type_name(self, oid: int) -> str:
         typ = self.types.get(oid)
@@ -556,14 +631,17 @@ RELATION_DIGEST = f"""pg_catalog.concat_ws(':', c.xmin,
 }) e(x)))"""
 
 # Relations by oid, and those whose row type (or an array of it) is one of $2.
-RELATIONS = f"""
-SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
-    c.oid::bigint, c.relnamespace::bigint, c.relname, c.relkind, c.reltype::bigint,
-    {RELATION_DIGEST},
-    ARRAY(SELECT a.atttypid::bigint FROM pg_catalog.pg_attribute a
+RELATIONS = statement(
+    "guard.facts.RELATIONS",
+    f"""
+SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
+    'oid', c.oid::bigint, 'schema', c.relnamespace::bigint, 'name', c.relname,
+    'kind', c.relkind, 'row_type', c.reltype::bigint,
+    'digest', {RELATION_DIGEST},
+    'column_types', ARRAY(SELECT a.atttypid::bigint FROM pg_catalog.pg_attribute a
           WHERE a.attrelid = c.oid AND a.attnum > 0::pg_catalog.int2 AND NOT a.attisdropped
           ORDER BY a.attnum),
-    pg_catalog.concat_ws(' ',
+    'code', pg_catalog.concat_ws(' ',
         (SELECT pg_catalog.string_agg(r.ev_action::pg_catalog.text, ' ')
          FROM pg_catalog.pg_rewrite r
          WHERE r.ev_class = c.oid AND r.ev_type = '1' AND c.relkind = 'v'),
@@ -585,25 +663,27 @@ SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
         (SELECT pg_catalog.string_agg(s.stxexprs::pg_catalog.text, ' ')
          FROM pg_catalog.pg_statistic_ext s
          WHERE s.stxrelid = c.oid)),
-    ARRAY(SELECT i.inhrelid::bigint FROM pg_catalog.pg_inherits i WHERE i.inhparent = c.oid),
-    ARRAY(SELECT o.opcfamily::bigint FROM pg_catalog.pg_index x
+    'children', ARRAY(SELECT i.inhrelid::bigint FROM pg_catalog.pg_inherits i
+                      WHERE i.inhparent = c.oid),
+    'families', ARRAY(SELECT o.opcfamily::bigint FROM pg_catalog.pg_index x
           CROSS JOIN LATERAL pg_catalog.unnest(x.indclass::pg_catalog.oid[]) AS k(opc)
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE x.indrelid = c.oid
           UNION
           SELECT o.opcfamily::bigint FROM pg_catalog.pg_partitioned_table t
           CROSS JOIN LATERAL pg_catalog.unnest(t.partclass::pg_catalog.oid[]) AS k(opc)
           JOIN pg_catalog.pg_opclass o ON o.oid = k.opc WHERE t.partrelid = c.oid),
-    pg_catalog.pg_get_userbyid(c.relowner),
-    (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
-    CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
-    pg_catalog.has_table_privilege(c.oid, 'SELECT'),
-    c.relowner::bigint))
+    'owner_name', pg_catalog.pg_get_userbyid(c.relowner),
+    'array_type', (SELECT t.typarray::bigint FROM pg_catalog.pg_type t WHERE t.oid = c.reltype),
+    'view', CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
+    'selectable', pg_catalog.has_table_privilege(c.oid, 'SELECT'),
+    'owner', c.relowner::bigint))
 FROM pg_catalog.pg_class c
 WHERE c.oid = ANY ($1::pg_catalog.oid[])
    OR c.oid IN (SELECT coalesce(nullif(t.typrelid, 0::pg_catalog.oid), e.typrelid)
                 FROM pg_catalog.pg_type t LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem
                 WHERE t.oid = ANY ($2::pg_catalog.oid[]))
-"""
+""",
+)
 
 
 def _view_refs(definition: str | None) -> Refs | None:
@@ -644,29 +724,30 @@ class Relations:
         return moved
 
     async def read(self, conn: asyncpg.Connection, oids: set[int], types: set[int]) -> None:
-        value = await conn.fetchval(pin(RELATIONS), sorted(oids), sorted(types))
-        for r in rows(value):
+        value = await conn.fetchval(RELATIONS, sorted(oids), sorted(types))
+        found: list[dict[str, Any]] = rows(value)
+        for r in found:
             rel = Relation(
-                oid=r[0],
-                schema=r[1],
-                name=r[2],
-                kind=r[3],
-                row_type=r[4],
-                digest=r[5],
-                column_types=tuple(r[6]),
-                code=tree_refs(r[7]),
-                children=tuple(r[8]),
-                families=tuple(r[9]),
-                owner_name=r[10],
-                array_type=r[11] or 0,
-                view_refs=_view_refs(r[12]),
-                selectable=r[13],
-                owner=r[14],
+                oid=r["oid"],
+                schema=r["schema"],
+                name=r["name"],
+                kind=r["kind"],
+                row_type=r["row_type"],
+                digest=r["digest"],
+                column_types=tuple(r["column_types"]),
+                code=tree_refs(r["code"]),
+                children=tuple(r["children"]),
+                families=tuple(r["families"]),
+                owner_name=r["owner_name"],
+                array_type=r["array_type"] or 0,
+                view_refs=_view_refs(r["view"]),
+                selectable=r["selectable"],
+                owner=r["owner"],
             )
             self.by_oid[rel.oid] = rel
             for typ in (rel.row_type, rel.array_type):
                 if typ:
                     self.by_row_type[typ] = rel.oid
-        for oid in oids - {r[0] for r in rows(value)}:
+        for oid in oids - {r["oid"] for r in found}:
             self.by_oid.pop(oid, None)  # gone
         self.generation += 1

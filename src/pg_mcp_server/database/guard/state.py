@@ -56,7 +56,7 @@ from pg_mcp_server.database.pool.engine import (
     send_locks,
     transaction_of,
 )
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.database.sql.refs import Refs
 from pg_mcp_server.errors import WriteOperationDeniedError
 
@@ -103,14 +103,20 @@ _USER_TYPES = f"{_USER_ROWS} AND {NOT_A_TABLE_ROW_TYPE}"
 # generic plan that must assume any contypid, 0 included.)
 _PROC_EXTENSION = " AND t.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND t.deptype = 'e'"
 
-SEARCH_PATH = """SELECT pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
-    pg_catalog.current_setting('standard_conforming_strings') AS strings"""
+SEARCH_PATH = statement(
+    "guard.state.SEARCH_PATH",
+    """SELECT pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
+    pg_catalog.current_setting('standard_conforming_strings') AS strings""",
+)
 
 # The statement's snapshot in this server run (see catalog.SNAPSHOT): while it stays the one a
 # plan was last found current at, nothing has committed anywhere since, and QUICK suffices.
-QUICK = f"""SELECT {SNAPSHOT} AS snapshot,
+QUICK = statement(
+    "guard.state.QUICK",
+    f"""SELECT {SNAPSHOT} AS snapshot,
     pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
-    pg_catalog.pg_is_in_recovery() AS standby"""
+    pg_catalog.pg_is_in_recovery() AS standby""",
+)
 
 
 def _each(n: int, table: str, column: str, where: str = "") -> str:
@@ -163,10 +169,12 @@ _IN_SCHEMA = f"""(
         SELECT c.oid FROM pg_catalog.pg_class c
         WHERE c.relnamespace = n.oid AND c.relkind IN ('r', 'm', 'v', 'p', 'f') OFFSET 0) c)"""
 
-CHECK = f"""
+CHECK = statement(
+    "guard.state.CHECK",
+    f"""
 SELECT {SNAPSHOT} AS snapshot,
        pg_catalog.current_schemas(true)::pg_catalog.text[] AS path,
-       {TRUSTED_ROLES.replace("$1::pg_catalog.text[]", _arg(1, "text"))} AS trusted,
+       {TRUSTED_ROLES.format(names=_arg(1, "text"))} AS trusted,
        {SMALL_CATALOGS} AS small,
        {_sum(_FUNCTION_ROWS)} AS functions,
        {_sum(_AGGREGATE_ROWS)} AS aggregates,
@@ -177,7 +185,8 @@ SELECT {SNAPSHOT} AS snapshot,
        {_RELATIONS} AS relations,
        {_NAMED} AS named,
        {_IN_SCHEMA} AS in_schema
-"""
+""",
+)
 
 
 # Relations a statement's parse can lock (the rest, sequences and composite types, run no
@@ -395,7 +404,7 @@ class GuardState:
             if with_path is not None:
                 path.search_path = with_path
             if confirm:
-                quick = await conn.fetchrow(pin(QUICK))
+                quick = await conn.fetchrow(QUICK)
                 assert quick is not None
                 if (
                     quick["snapshot"] == checked.verified
@@ -406,7 +415,7 @@ class GuardState:
                     return plan
             if path.search_path != checked.search_path:  # (set for another plan)
                 await self._session_path(conn, path)
-            row = await conn.fetchrow(pin(CHECK), *checked.arguments)
+            row = await conn.fetchrow(CHECK, *checked.arguments)
             assert row is not None
             # Commits keep moving the snapshot: skip QUICK while that goes on.
             self._busy = checked.verified is not None and row["snapshot"] != checked.verified
@@ -453,7 +462,7 @@ class GuardState:
         with), so each is asked once, by a statement with no operator in it."""
         if conn in self._sessions:
             return
-        row = await conn.fetchrow(pin(SEARCH_PATH))
+        row = await conn.fetchrow(SEARCH_PATH)
         assert row is not None
         path = row["path"]
         # The guard parses with PostgreSQL's own parser as of standard_conforming_strings = on

@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from pg_mcp_server.config import DatabaseSettings
 from pg_mcp_server.database.pool.connect import connect
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     ConnectionLostError,
@@ -85,10 +85,12 @@ _LEFT_BEHIND = """(
     OR EXISTS (SELECT FROM pg_catalog.pg_proc
                WHERE pronamespace = pg_catalog.pg_my_temp_schema()
                  AND NOT pg_catalog.starts_with(proname::pg_catalog.text, 'mcp_tool')))"""
-_RESET = (
+# (Then _SESSION again, which names nothing to pin: see Database.__init__.)
+_RESET = statement(
+    "pool.engine.RESET",
     "SET SESSION AUTHORIZATION DEFAULT; "
     f"SELECT 1 / (NOT {_LEFT_BEHIND})::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); "
-    "CLOSE ALL; UNLISTEN *; DISCARD SEQUENCES; RESET ALL; " + _SESSION
+    "CLOSE ALL; UNLISTEN *; DISCARD SEQUENCES; RESET ALL",
 )
 # Behind a transaction pooler the session is not ours to reset, and the next statement may
 # reach another server connection: what a statement could leave past its transaction is
@@ -97,21 +99,28 @@ _RESET = (
 # prepared from SQL (seen on PostgreSQL 15 and 18). The savepoint makes this work after a
 # failed statement too; a prepared statement left behind fails it, and a client that goes
 # away in the middle of a transaction makes PgBouncer close that server connection.
-_POOLED_END = (
+_POOLED_END = statement(
+    "pool.engine.POOLED_END",
     "ROLLBACK TO SAVEPOINT pg_mcp_start; "
     "SELECT 1 / (NOT EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql))"
-    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK"
+    "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK",
 )
 _DETECT = "SELECT pg_catalog.pg_backend_pid()"
+_CANCEL = statement(
+    "pool.engine.CANCEL", "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid"
+)
 # The start-up audit's privileged part (audit.py), again on every new connection unless the
 # role is allowed: a role made superuser after the start, or one the start could not audit
 # (the database was down), is still refused.
-_PRIVILEGED = """
+_PRIVILEGED = statement(
+    "pool.engine.PRIVILEGED",
+    """
 SELECT current_user AS role, r.rolsuper AS superuser,
        ARRAY(SELECT p FROM unnest($1::text[]) AS p
              WHERE pg_has_role(current_user, p, 'MEMBER')) AS file_roles
 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
-"""
+""",
+)
 
 # Types the driver reads only in their text form, which it cannot do inside a composite value
 # (a whole-row reference to a table with a tsvector column, say), so it cannot even describe
@@ -128,12 +137,15 @@ _TEXT_ONLY = [
     *("regclass", "regcollation", "regconfig", "regdictionary", "regnamespace", "regoper"),
     *("regoperator", "regproc", "regprocedure", "regrole", "regtype"),
 ]
-_EXTENSION_TYPES = """
+_EXTENSION_TYPES = statement(
+    "pool.engine.EXTENSION_TYPES",
+    """
 SELECT t.typname, n.nspname FROM pg_catalog.pg_type t
 JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
 WHERE t.typtype = 'b' AND t.typcategory <> 'A'
   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-"""
+""",
+)
 
 STATEMENT_CACHE = 100  # prepared statements kept per connection (asyncpg's default too)
 
@@ -201,7 +213,9 @@ def transaction_of(conn: asyncpg.Connection) -> Transaction | None:
 # Which of some relations, or of those their views read (which locking a view, or reading
 # its definition, locks too), another session holds in the one mode that conflicts with
 # ACCESS SHARE, by name (always quoted, as the guard writes names).
-_HOLDERS = """
+_HOLDERS = statement(
+    "pool.engine.HOLDERS",
+    """
 WITH RECURSIVE rels(oid) AS (
     SELECT k.oid FROM pg_catalog.unnest($1::pg_catalog.oid[]) AS k(oid)
     UNION
@@ -220,7 +234,8 @@ WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'AccessExclusiveLock'
   AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                     WHERE d.datname = pg_catalog.current_database())
 ORDER BY 1
-"""
+""",
+)
 
 
 async def lock_wait_error(
@@ -232,7 +247,7 @@ async def lock_wait_error(
     gone). None when none is held and no `names` were given (the statement was just slow)."""
     try:
         await conn.execute("ROLLBACK")
-        held = tuple(r["name"] for r in await conn.fetch(pin(_HOLDERS), sorted(oids)))
+        held = tuple(r["name"] for r in await conn.fetch(_HOLDERS, sorted(oids)))
     except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         logger.debug("could not tell which lock a call waited for (%s)", _reason(exc))
         held = ()
@@ -297,8 +312,8 @@ class Database:
         )
         self._releasing: set[asyncio.Task[None]] = set()
         self._session = _SESSION.format(ms=settings.statement_timeout)
-        self._reset = pin(_RESET.format(ms=settings.statement_timeout))
-        self._pooled_end = pin(_POOLED_END)
+        self._reset = f"{_RESET}; {self._session}"
+        self._pooled_end = _POOLED_END
         # True behind a transaction-mode pooler; None until the first connection tells (auto).
         self.pooled: bool | None = {"session": False, "transaction": True}.get(settings.pool_mode)
         self._detecting = asyncio.Lock()
@@ -360,7 +375,7 @@ class Database:
         if not self.allow_privileged:
             from pg_mcp_server.database.pool.audit import FILE_ROLES, privileges, refusal
 
-            row = await conn.fetchrow(pin(_PRIVILEGED), FILE_ROLES)
+            row = await conn.fetchrow(_PRIVILEGED, FILE_ROLES)
             assert row is not None
             found = privileges(row["role"], row["superuser"], row["file_roles"])
             if found:
@@ -390,7 +405,7 @@ class Database:
             if conn in self._raw_types:
                 raise
         self._raw_types.add(conn)
-        rows = await conn.fetch(pin(_EXTENSION_TYPES))
+        rows = await conn.fetch(_EXTENSION_TYPES)
         for name, schema in [(n, "pg_catalog") for n in _TEXT_ONLY] + [tuple(r) for r in rows]:
             await conn.set_builtin_type_codec(name, schema=schema, codec_name="bytea")
         return await conn.prepare(sql, name="")
@@ -592,7 +607,7 @@ class Database:
         if backends and not self.pooled:
             async with self.session() as conn:
                 await conn.execute(
-                    pin("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid"),
+                    _CANCEL,
                     sorted(backends),
                 )
 

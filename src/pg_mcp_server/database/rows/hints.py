@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.database.sql.tree import parse, walk
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
@@ -41,7 +41,9 @@ SHOWN = 20  # names listed in a suggestion (the context has up to 100)
 Connect = Callable[[], AbstractAsyncContextManager[asyncpg.Connection]]
 
 # The columns of each table the query names, as its search path resolves the names.
-COLUMNS_OF = """
+COLUMNS_OF = statement(
+    "rows.hints.COLUMNS_OF",
+    """
 SELECT r.ord, c.oid::pg_catalog.regclass::text AS name,
        ARRAY(SELECT a.attname::text FROM pg_catalog.pg_attribute a
              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
@@ -49,16 +51,20 @@ SELECT r.ord, c.oid::pg_catalog.regclass::text AS name,
 FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS r(name, ord)
 JOIN pg_catalog.pg_class c ON c.oid = pg_catalog.to_regclass(r.name)
 ORDER BY r.ord
-"""
+""",
+)
 
 # Functions the query could have meant: every visible name, and the signatures of this one.
-FUNCTIONS_NEAR = """
+FUNCTIONS_NEAR = statement(
+    "rows.hints.FUNCTIONS_NEAR",
+    """
 SELECT ARRAY(SELECT DISTINCT p.proname::text FROM pg_catalog.pg_proc p
              WHERE pg_catalog.pg_function_is_visible(p.oid)) AS names,
        ARRAY(SELECT p.oid::pg_catalog.regprocedure::text FROM pg_catalog.pg_proc p
              WHERE p.proname = $1 AND pg_catalog.pg_function_is_visible(p.oid)
              ORDER BY 1 LIMIT 10) AS signatures
-"""
+""",
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,7 @@ async def column_hint(
     if not named:
         return error
     async with connect() as conn:
-        rows = await conn.fetch(pin(COLUMNS_OF), [r.regclass for r in named])
+        rows = await conn.fetch(COLUMNS_OF, [r.regclass for r in named])
     if not rows:
         return error
     tables: list[dict[str, Any]] = []
@@ -137,7 +143,7 @@ async def function_hint(connect: Connect, error: PgMcpError) -> PgMcpError:
         return error
     name = found["name"].rsplit(".", 1)[-1].strip('"')
     async with connect() as conn:
-        row = await conn.fetchrow(pin(FUNCTIONS_NEAR), name)
+        row = await conn.fetchrow(FUNCTIONS_NEAR, name)
     assert row is not None
     signatures: list[str] = row["signatures"]
     similar = [n for n in closest(name, row["names"], limit=5) if n != name]

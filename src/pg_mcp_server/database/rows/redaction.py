@@ -26,7 +26,7 @@ import asyncpg
 
 from pg_mcp_server.database.rows.values import REDACTED
 from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import pin
+from pg_mcp_server.database.sql.pinned import statement
 from pg_mcp_server.database.sql.tree import names
 
 # Catalog columns that hold credentials (a foreign server's or user mapping's options may
@@ -97,7 +97,9 @@ CREDENTIAL_SETTINGS = frozenset({"primary_conninfo", "ssl_passphrase_command"})
 # names of the columns that functions called in FROM may return ($3 schemas or NULL, $4
 # names: every overload's OUT and TABLE arguments and row type's columns); and whether this
 # role may read credential settings.
-RELATION_FACTS = """
+RELATION_FACTS = statement(
+    "rows.redaction.RELATION_FACTS",
+    """
 SELECT pg_catalog.json_build_object(
     'relations', (
         SELECT pg_catalog.json_agg(pg_catalog.json_build_array(
@@ -142,7 +144,8 @@ SELECT pg_catalog.json_build_object(
                         pg_catalog.unnest($4::pg_catalog.text[]))
              WITH ORDINALITY AS f(schema, name, n)),
     'settings', pg_catalog.pg_has_role('pg_read_all_settings', 'USAGE'))
-"""
+""",
+)
 
 Key = tuple[str | None, str]  # a relation as the statement names it: (schema or None, name)
 VIEW_DEPTH = 8  # views on views followed this deep; deeper ones count as sensitive
@@ -206,7 +209,7 @@ class Facts:
             if not missing and not calls and self.read_settings:
                 return
             value = await conn.fetchval(
-                pin(RELATION_FACTS),
+                RELATION_FACTS,
                 [k[0] for k in missing],
                 [k[1] for k in missing],
                 [k[0] for k in calls],

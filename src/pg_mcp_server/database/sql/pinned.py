@@ -18,9 +18,24 @@ each function, operator, type and collation it names is looked up in pg_catalog 
   ... USING`, is refused with the spelling to use instead.
 
 The rewritten tree is deparsed, and the text parsed again must give the same tree with nothing
-left unpinned (`unpinned`), or `pin` raises. That takes 10 to 100 ms for most statements and
-a few hundred for describe_table's (pglast's parse trees and printer are Python), so each is
-pinned once, on first use, and kept: per call it costs one dict lookup.
+left unpinned (`unpinned`), or `pin` raises. That takes milliseconds to tens of milliseconds a
+statement (pglast's parse trees and printer are Python), a few hundred in all, so it is never
+done while the server runs. Each statement of ours is written once, as SQL reads best, in the
+module that sends it, and registered there under a name: `NAME = statement("part.NAME", sql)`.
+`python -m pg_mcp_server.database.sql.pinned --write` pins every registered statement and
+writes the text into the checked-in file pinned_sql.json, keyed by name, with a digest of the
+SQL as written; `statement` returns that text, so what the server sends is a whole constant,
+generated when the statement was written, and a reviewer reads both the SQL as written (next
+to the code that uses it) and exactly what goes to PostgreSQL (pinned_sql.json, in the diff,
+a line of about 80 characters each). Why generate rather than write the pinned text by hand:
+the pinned text spells out what SQL says shortly (`OPERATOR(pg_catalog.>=)`, IN lists and
+BETWEEN as comparisons, a CASE for NULLIF), which is where a hand-made slip would hide; the
+generator cannot slip, and tests/test_pinned.py fails when pinned_sql.json is not what `pin`
+makes of the SQL as written (`--check` says the same). Should the SQL as written change
+without `--write`, `statement` pins it at import instead (slow, never wrong) and the test
+fails. The generated text is data, not code (JSON): whole statements repeat the parts they
+share (a relation's row facts, its foreign keys), which is the point of sending them whole,
+and nobody edits them.
 Identifiers of tables and columns are left alone: our statements name relations with their
 schema, and a column cannot be planted.
 
@@ -32,14 +47,24 @@ under `search_path = pg_catalog, pg_temp`, where every other name can only be pg
 
 from __future__ import annotations
 
+import argparse
 import copy
 import functools
+import hashlib
+import importlib
+import json
+import logging
+import pkgutil
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 from pglast.stream import RawStream
+
+logger = logging.getLogger(__name__)
 
 CATALOG = "pg_catalog"
 _K = enums.A_Expr_Kind
@@ -71,6 +96,84 @@ def pin(sql: str, *, qualified: bool = False) -> str:
     if left:
         raise UnpinnableSqlError(f"left unpinned: {', '.join(left)}")
     return text
+
+
+# The statements of ours, by name, as written: filled as the modules that send them are
+# imported (each registers its own at import, like a decorator), read by --write and the tests.
+_WRITTEN: dict[str, str] = {}
+PINNED_FILE = Path(__file__).with_name("pinned_sql.json")
+
+
+@functools.cache
+def generated() -> dict[str, tuple[str, str]]:
+    """pinned_sql.json as checked in: name -> (digest of the SQL as written, pinned text)."""
+    entries = json.loads(PINNED_FILE.read_text())
+    return {name: (e["digest"], "".join(e["pinned"])) for name, e in entries.items()}
+
+
+def statement(name: str, sql: str) -> str:
+    """Register `sql`, a statement of ours (one or more, constant: vary it with parameters),
+    under `name` ("part.module.CONSTANT"), and return the text to send: its pinned form,
+    generated into pinned_sql.json. If the SQL as written is not what that text was made
+    from, it is pinned here, once (slow at import, never wrong; tests/test_pinned.py fails)."""
+    if _WRITTEN.setdefault(name, sql) != sql:
+        raise ValueError(f"two statements of ours are named {name}")
+    digest, text = generated().get(name, ("", ""))
+    if digest == _digest(sql):
+        return text
+    logger.warning("statement %s changed since pinned_sql.json was generated: pinning it", name)
+    return pin(sql)
+
+
+def statements() -> dict[str, str]:
+    """Every statement of ours, name -> SQL as written: each module of the server imported
+    first, so that none that registers one is missed."""
+    package = importlib.import_module("pg_mcp_server")
+    for module in pkgutil.walk_packages(package.__path__, "pg_mcp_server."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    return dict(sorted(_WRITTEN.items()))
+
+
+def _digest(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()[:16]
+
+
+def generate() -> str:
+    """pinned_sql.json's text: each statement of ours, pinned, with the digest of what it
+    was written as; the text in pieces of a line each (cut after spaces), joined on reading."""
+    entries = {
+        name: {"digest": _digest(sql), "pinned": _pieces(pin(sql), 80)}
+        for name, sql in statements().items()
+    }
+    return json.dumps(entries, indent=1, ensure_ascii=False) + "\n"
+
+
+def _pieces(text: str, width: int) -> list[str]:
+    """`text` cut after spaces (or brackets) into pieces of at most `width` characters."""
+    pieces: list[str] = []
+    while len(text) > width:
+        cut = text.rfind(" ", 0, width) + 1 or text.rfind("(", 0, width) + 1 or width
+        pieces.append(text[:cut])
+        text = text[cut:]
+    return [*pieces, text] if text else pieces
+
+
+def main(argv: list[str] | None = None) -> int:
+    """--write: (re)generate pinned_sql.json; --check: exit 1 if it is not what --write makes."""
+    parser = argparse.ArgumentParser(prog="python -m pg_mcp_server.database.sql.pinned")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--check", action="store_true", help="exit 1 if pinned_sql.json is stale")
+    action.add_argument("--write", action="store_true", help="regenerate pinned_sql.json")
+    write = parser.parse_args(argv).write
+    text = generate()
+    if write:
+        PINNED_FILE.write_text(text)
+        return 0
+    if PINNED_FILE.read_text() == text:
+        return 0
+    print(f"{PINNED_FILE} is stale: run {parser.prog} --write", file=sys.stderr)
+    return 1
 
 
 def pin_tree(node: Any) -> Any:
@@ -390,3 +493,10 @@ def _a_expr(node: ast.A_Expr) -> Any:
             _true(distinct),
         )
     raise UnpinnableSqlError(f"{kind}: write it with plain comparisons")
+
+
+if __name__ == "__main__":
+    # Run as a script this file is __main__, not the module the statements register with.
+    from pg_mcp_server.database.sql import pinned as _registry
+
+    sys.exit(_registry.main())
