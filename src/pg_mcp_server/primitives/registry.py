@@ -155,7 +155,9 @@ class Request:
 
     async def read_resource(self, uri: str) -> TextResourceContents:
         """Another resource, exactly as resources/read gives it (a prompt embeds one)."""
-        return (await self.registry.read(uri, self.app)).contents[0]  # type: ignore[return-value]
+        contents = (await self.registry.read(uri, self.app)).contents[0]
+        assert isinstance(contents, TextResourceContents), "our resources are text"
+        return contents
 
 
 @dataclass(frozen=True)

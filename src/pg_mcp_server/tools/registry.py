@@ -10,7 +10,9 @@ argument-validation failures into PARAMETER_ERROR, our typed `PgMcpError`s into 
 codes, and anything unexpected into a masked INTERNAL_ERROR (errors.to_pg_error). Successful
 results carry the output twice, as the spec asks: `structuredContent`, and compact JSON text
 for clients that read only `content`. Results are not validated against the output schema at
-run time: the tests check every tool's answers against it (tests/test_answers.py).
+run time (the SDK's `MCPServer` did, on every call): the official client the tests drive
+validates every answer it gets against the tool's output schema, and tests/test_values.py
+checks the schemas' types with jsonschema.
 """
 
 from __future__ import annotations
