@@ -18,6 +18,7 @@ import functools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from asyncpg import introspection
 
@@ -95,7 +96,16 @@ class Plan:
 
     def user_oids(self, *kinds: str) -> list[int]:
         """Objects reached that users made (initdb's never change, see FIRST_USER_OID)."""
-        return sorted({o for k, o in self.reached if k in kinds and o >= FIRST_USER_OID})
+        return sorted({o for k in kinds for o in self._users.get(k, ())})
+
+    @cached_property
+    def _users(self) -> dict[str, list[int]]:
+        """`reached` is walked once per plan, not at every call's check (a plan is kept)."""
+        found: dict[str, list[int]] = {}
+        for kind, oid in self.reached:
+            if oid >= FIRST_USER_OID:
+                found.setdefault(kind, []).append(oid)
+        return found
 
 
 def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
