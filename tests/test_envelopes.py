@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 from mcpclient import call_error, connect
 from serverproc import EXECUTABLE, Server, clean_env
 
-from pg_mcp_server.envelope import check
+from pg_mcp_server.transport.envelope import check
 
 BIG = "x" * 900_000
 

@@ -24,8 +24,8 @@ from mcpclient import call, records
 from serverproc import EXECUTABLE, Server, clean_env
 from test_http import ACCEPT, V1, serve
 
-from pg_mcp_server.envelope import check
-from pg_mcp_server.idscan import Addressee
+from pg_mcp_server.transport.envelope import check
+from pg_mcp_server.transport.idscan import Addressee
 
 QUERY = {
     "jsonrpc": "2.0",

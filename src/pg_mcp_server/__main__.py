@@ -337,7 +337,7 @@ def serve(settings: Settings, signals: Signals) -> None:
     role_warnings = check_role(settings)
     refuse_bad_definitions(settings)
     if settings.server.transport == "http":
-        from pg_mcp_server.workers import PortInUse, WorkerStartFailed, serve_http
+        from pg_mcp_server.transport.workers import PortInUse, WorkerStartFailed, serve_http
 
         try:
             serve_http(settings, role_warnings, signals)
@@ -348,8 +348,8 @@ def serve(settings: Settings, signals: Signals) -> None:
         return
     import anyio
 
-    from pg_mcp_server import stdio
     from pg_mcp_server.server import PgMcp
+    from pg_mcp_server.transport import stdio
 
     server = PgMcp(settings, role_warnings)
     server.freeze_when_loaded = True

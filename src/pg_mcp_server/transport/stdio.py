@@ -47,9 +47,9 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from pg_mcp_server import envelope
-from pg_mcp_server.idscan import Addressee
 from pg_mcp_server.signals import Signals
+from pg_mcp_server.transport import envelope
+from pg_mcp_server.transport.idscan import Addressee
 
 if TYPE_CHECKING:
     from pg_mcp_server.server import PgMcp

@@ -31,12 +31,12 @@ from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pg_mcp_server import envelope
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.pool.engine import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
-from pg_mcp_server.idscan import addressee
 from pg_mcp_server.server import PgMcp
+from pg_mcp_server.transport import envelope
+from pg_mcp_server.transport.idscan import addressee
 
 logger = logging.getLogger(__name__)
 

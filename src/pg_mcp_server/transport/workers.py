@@ -81,8 +81,8 @@ def _uvicorn(
     handles itself; SIGHUP through `signals`)."""
     import uvicorn
 
-    from pg_mcp_server.gateway import http_app
     from pg_mcp_server.server import freeze_heap
+    from pg_mcp_server.transport.gateway import http_app
 
     srv = settings.server
     app = http_app(settings, role_warnings)
