@@ -3,6 +3,6 @@
 - `connect`: the one place a connection is opened (timeouts and SSL refusals said plainly).
 - `audit`: the start-up audit of the server's role (privileged roles refused).
 - `engine`: the pool and the ways a tool uses a connection: one explicit read-only
-  transaction with the guard's locks sent with BEGIN, the session reset after use, driver
-  errors translated to ours (`translate`).
+  transaction with the guard's locks sent with BEGIN, the session reset after use.
+- `errors`: driver, pool and network failures translated to ours (`translate`).
 """

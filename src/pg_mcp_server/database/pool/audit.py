@@ -101,7 +101,7 @@ class RoleAudit:
             self.found, self.privileged = await audit_role(settings)
         except Exception as exc:
             # Where it tried, and why, in our words (translate): never the DSN or a password.
-            from pg_mcp_server.database.pool.engine import translate
+            from pg_mcp_server.database.pool.errors import translate
 
             known = translate(exc)
             if known is None:  # a bug: it must not take the server down with it
