@@ -6,6 +6,9 @@ the demo's embedded PostgreSQL, ...) and a bad flag is reported before anything 
 
 Exit codes: 0 stopped normally (end of input, SIGINT, SIGTERM, SIGHUP), 2 bad configuration or a
 missing optional dependency, 3 refused to start (see `RefusedToStart`: a privileged role, for one).
+
+Its size (~430 lines): the flags, start-up checks and stopping of both transports, each
+exit code in one place.
 """
 
 from __future__ import annotations

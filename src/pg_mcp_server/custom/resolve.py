@@ -30,6 +30,9 @@ standby, a role without TEMP), names are looked up instead (_looked_up).
 PL code (pl-do blocks, pl-func bodies) is not rewritten: it runs on a fixed path, pg_catalog,
 then the schemas of the server's search path at the check but those a role that is not
 trusted may create in (PL_PATH), then pg_temp (see docs/custom-definitions.md).
+
+Its size (~500 lines) is one procedure (probe, dependencies, choice, rewrite) whose steps
+share the probe's findings.
 """
 
 from __future__ import annotations

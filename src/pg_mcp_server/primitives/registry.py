@@ -16,6 +16,9 @@ or invalid argument, a table that is not there), -32603 for a database failure o
 `data` carries what was asked for (`uri` or `prompt`, cut to ECHO_CHARS) and the same `error`
 object the tools return (PRD code, message, suggestion, context). Nothing the caller sent is
 echoed or logged unbounded.
+
+Its size (~460 lines) is the one registry: listing, running, reading, rendering and completing
+every kind of definition, and their one error path.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ either waited for and then seen by the check, or must wait for the statement to 
 the digest matches, the relations are those PostgreSQL will use; objects that take no lock
 (functions, operators, types) are as of the check, a round trip before the statement is
 parsed (docs/security.md, "What the verdict covers").
+
+Its size (~640 lines): the CHECK statement and the state that decides when to run it and
+what to read again change together whenever the guard relies on a new fact.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ past ROLLBACK is cleared inside its transaction (_POOLED_END), and no session is
 cancelled by backend pid (PgBouncer shows a pid of its own). `PG_POOL_MODE` says which (`auto`:
 the first connection compares the backend pid PostgreSQL reports with the one the connection
 was given at start-up; a pooler in between makes them differ).
+
+Its size (~670 lines) is one object's lifecycle: checkout, the transaction, the guard's
+locks and their waits, cancellation and the background reset, which share the pool's state.
 """
 
 from __future__ import annotations

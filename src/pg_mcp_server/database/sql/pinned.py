@@ -43,6 +43,9 @@ SQL we did not write (custom definitions) goes through `qualify` instead: it nam
 schema PostgreSQL resolved them to, only the names that live outside pg_catalog, and runs
 under `search_path = pg_catalog, pg_temp`, where every other name can only be pg_catalog's
 (see custom/resolve.py); the constructs pin() must spell out stay as written.
+
+Its size (~500 lines): `pin` must know every construct whose operator SQL cannot qualify;
+the statement registry and the generator of pinned_sql.json sit with it.
 """
 
 from __future__ import annotations
