@@ -13,9 +13,11 @@ import pytest_asyncio
 from mcpclient import call, connect, execute, fetch
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.guard.gate import SqlGuard
 from pg_mcp_server.database.pool.engine import Database
 from pg_mcp_server.database.rows import rewrite
-from pg_mcp_server.database.rows.reader import Shapes, fetch_rows
+from pg_mcp_server.database.rows.output import Budget
+from pg_mcp_server.database.rows.reader import Reader
 
 ROWS = 200_000
 SETUP = f"""
@@ -39,16 +41,12 @@ async def bigdsn(pg: Any) -> AsyncIterator[str]:
 async def wrapper_sql(dsn: str, sql: str, limit: int, max_bytes: int = 1_000_000) -> str:
     """The statement execute_query builds for `sql`, from the same code path."""
     db = Database(Settings.load(database={"dsn": dsn}).database)
-    shapes = Shapes()
+    reader = Reader(db, SqlGuard(), Budget(rows=limit, bytes=max_bytes), sensitive=None)
     try:
-        await db.run(
-            lambda conn: fetch_rows(
-                conn, db, shapes, sql, None, limit=limit, max_bytes=max_bytes, sensitive=None
-            )
-        )
+        await db.run(lambda conn: reader.fetch(conn, sql, None, limit=limit))
     finally:
         await db.dispose()
-    shape = shapes.get(sql)
+    shape = reader.shapes.get(sql)
     assert shape is not None
     return shape.wrapper(limit, max_bytes, None)
 
@@ -202,19 +200,10 @@ async def test_a_statement_is_described_once(bigdsn: str) -> None:
     on the server's own connection."""
     settings = Settings.load(database={"dsn": bigdsn, "pool_size": 1})
     db = Database(settings.database)
-    shapes = Shapes()
+    reader = Reader(db, SqlGuard(), Budget(rows=5, bytes=10_000), sensitive=None)
 
     async def run(conn: asyncpg.Connection) -> Any:
-        return await fetch_rows(
-            conn,
-            db,
-            shapes,
-            "SELECT id FROM big WHERE id = 7",
-            None,
-            limit=5,
-            max_bytes=10_000,
-            sensitive=None,
-        )
+        return await reader.fetch(conn, "SELECT id FROM big WHERE id = 7", None, limit=5)
 
     try:
         for _ in range(3):

@@ -21,8 +21,10 @@ from mcpclient import call, call_error, connect, execute, fetch
 
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.guard.gate import SqlGuard
 from pg_mcp_server.database.pool.engine import Database
-from pg_mcp_server.database.rows.reader import Shapes, fetch_rows
+from pg_mcp_server.database.rows.output import Budget
+from pg_mcp_server.database.rows.reader import Reader
 from pg_mcp_server.errors import ParameterError
 
 SETUP = r"""
@@ -319,12 +321,10 @@ async def test_a_cancelled_or_refused_call_never_leaves_a_transaction_open(qdsn:
     idle in a transaction."""
     settings = Settings.load(database={"dsn": qdsn, "pool_size": 1})
     db = Database(settings.database)
-    shapes = Shapes()
+    reader = Reader(db, SqlGuard(), Budget(rows=2, bytes=10_000), sensitive=None)
 
     def work(sql: str, params: list[Any] | None = None) -> Any:
-        return lambda conn: fetch_rows(
-            conn, db, shapes, sql, params, limit=2, max_bytes=10_000, sensitive=None
-        )
+        return lambda conn: reader.fetch(conn, sql, params, limit=2)
 
     count = work("SELECT count(*) FROM items")
     try:

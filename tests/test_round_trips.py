@@ -19,7 +19,8 @@ from pg_mcp_server.config import Settings
 from pg_mcp_server.database.explain.plans import explain
 from pg_mcp_server.database.guard.gate import SqlGuard
 from pg_mcp_server.database.pool.engine import Database
-from pg_mcp_server.database.rows.reader import Shapes, fetch_rows
+from pg_mcp_server.database.rows.output import Budget
+from pg_mcp_server.database.rows.reader import Reader
 
 SQL = "SELECT id, label FROM items WHERE id <= $1 ORDER BY id"
 
@@ -72,13 +73,11 @@ async def _flights(
 
 async def test_round_trips_per_call(wired: tuple[Relay, Database, str]) -> None:
     _, db, _ = wired
-    shapes = Shapes()
     guard = SqlGuard()
+    reader = Reader(db, guard, Budget(rows=100, bytes=100_000), sensitive=None)
 
     def run(sql: str) -> Any:
-        return lambda conn: fetch_rows(
-            conn, db, shapes, sql, [5], limit=100, max_bytes=100_000, sensitive=None
-        )
+        return lambda conn: reader.fetch(conn, sql, [5], limit=100)
 
     query = run(SQL)
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.database.guard.gate import SqlGuard
     from pg_mcp_server.database.pool.audit import RoleAudit
     from pg_mcp_server.database.pool.engine import Database
-    from pg_mcp_server.database.rows.reader import Shapes
+    from pg_mcp_server.database.rows.reader import Reader, Shapes
 
 
 class AppContext:
@@ -75,10 +75,22 @@ class AppContext:
 
     @cached_property
     def shapes(self) -> Shapes:
-        """Described statements (execute_query, get_sample_rows), see queries.Shapes."""
+        """Described statements (execute_query, get_sample_rows, explain_query), see
+        rows/reader.py's Shapes."""
         from pg_mcp_server.database.rows.reader import Shapes
 
         return Shapes()
+
+    @cached_property
+    def reader(self) -> Reader:
+        """How every tool reads rows: the pool, the guard, the budget and the redaction
+        pattern in one object (see rows/reader.py)."""
+        from pg_mcp_server.database.rows.output import Budget
+        from pg_mcp_server.database.rows.reader import Reader
+
+        server = self.settings.server
+        budget = Budget(rows=server.max_rows, bytes=server.max_result_bytes)
+        return Reader(self.db, self.guard, budget, sensitive=self.sensitive, shapes=self.shapes)
 
     async def close(self) -> None:
         """Dispose of the pool if it is ours and was made."""

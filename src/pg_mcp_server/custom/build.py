@@ -246,7 +246,6 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
     )
 
     async def once(app: AppContext, args: dict[str, Any]) -> Rows | Any:
-        limit, max_bytes = app.settings.server.max_rows, app.settings.server.max_result_bytes
         session = kept if kept is not None and app.db.pooled is False else None
         async with transaction(
             app.db,
@@ -271,14 +270,7 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
                 values, names, status = [json.dumps(args)], [], False
             try:
                 rows = await fetch_rows(
-                    conn,
-                    sql,
-                    values,
-                    names,
-                    limit=limit,
-                    max_bytes=max_bytes,
-                    status=status,
-                    path=path,
+                    app.reader, conn, sql, values, names, status=status, path=path
                 )
             except asyncpg.UndefinedFunctionError:
                 if session is None:
@@ -355,7 +347,6 @@ def _reader(
     spec: ResourceSpec, checked: Checked | None
 ) -> Callable[[Request, list[Any]], Awaitable[Content]]:
     async def read(request: Request, values: list[Any]) -> Content:
-        settings = request.app.settings.server
         refused = "Resources always run read-only."
         sql = _checked(spec.sql, checked)
         left_out = checked.left_out if checked else ()
@@ -363,12 +354,11 @@ def _reader(
             request.app.db, None, write=False, refused=refused, left_out=left_out
         ) as conn:
             rows = await fetch_rows(
+                request.app.reader,
                 conn,
                 sql,
                 values,
                 [p.name for p in spec.parameters],
-                limit=settings.max_rows,
-                max_bytes=settings.max_result_bytes,
                 path=checked.path(spec.sql) if checked else None,
             )
         meta = {"truncated": True, "note": "; ".join(rows.notes)} if rows.has_more else None

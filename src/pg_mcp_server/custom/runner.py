@@ -18,7 +18,9 @@ no session state lasts past a transaction), creates it in the call's own transac
 
 Engine APIs relied on: `Database.session()` (a pooled session outside any transaction,
 rolled back and reset when released), `Database.timeout_ms()`, `params.bind()`,
-and `values.type_name()`; values become JSON in custom/jsonvalues.py.
+`values.type_name()`; rows are read, made JSON (`values.from_driver`) and cut to the budget
+by the server's `Reader` (`Reader.driven`), and answered in execute_query's shape
+(`output.answer`).
 """
 
 from __future__ import annotations
@@ -28,17 +30,17 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from pg_mcp_server.custom import plcode
-from pg_mcp_server.custom.jsonvalues import to_json
 from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
 from pg_mcp_server.database.catalog.names import MAX_VALUES, Names
 from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.rows.output import answer
 from pg_mcp_server.database.rows.params import bind
-from pg_mcp_server.database.rows.values import type_name
+from pg_mcp_server.database.rows.values import from_driver, type_name
 from pg_mcp_server.errors import (
     ConnectionLostError,
     DatabaseConnectionError,
@@ -47,6 +49,9 @@ from pg_mcp_server.errors import (
     QueryTimeoutError,
     WriteOperationDeniedError,
 )
+
+if TYPE_CHECKING:  # (the guard's modules load on first use, see app.py)
+    from pg_mcp_server.database.rows.reader import Reader
 
 _COMPLETION_SCAN = 1000  # rows read from a completion query that does not filter by $1
 
@@ -70,18 +75,9 @@ class Rows:
     status: str | None = None  # a write's command tag ("UPDATE 3")
 
     def structured(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "columns": [{"name": c.name, "data_type": c.data_type} for c in self.columns],
-            # arrays in the order of `columns`, as execute_query's
-            "rows": [list(row.values()) for row in self.rows],
-            "row_count": len(self.rows),
-            "has_more": self.has_more,
-        }
-        if self.notes:
-            out["note"] = "; ".join(self.notes)
-        if self.status:
-            out["status"] = self.status
-        return out
+        # arrays in the order of `columns`, as execute_query's
+        rows = [list(row.values()) for row in self.rows]
+        return answer(self.columns, rows, self.has_more, self.notes, status=self.status or None)
 
 
 @asynccontextmanager
@@ -153,10 +149,6 @@ async def transaction(
         raise
 
 
-def _values(record: asyncpg.Record) -> list[Any]:
-    return [to_json(v) for v in record.values()]
-
-
 def _bound(
     stmt: asyncpg.prepared_stmt.PreparedStatement, values: Sequence[Any], names: Sequence[str]
 ) -> list[Any]:
@@ -182,19 +174,25 @@ def _bound(
 
 
 async def fetch_rows(
+    reader: Reader,
     conn: asyncpg.Connection,
     sql: str,
     values: Sequence[Any],
     names: Sequence[str],
     *,
-    limit: int,
-    max_bytes: int,
     status: bool = False,
     path: str | None = None,
 ) -> Rows:
-    """At most `limit` rows (and `max_bytes` of row JSON) of `sql`, with has_more. `status`:
-    run the whole statement (a write) and report its command tag. `path`: the search path
-    it runs on once prepared (see _prepare)."""
+    """The rows of `sql`, cut to the reader's budget (MCP_MAX_ROWS, MCP_MAX_RESULT_BYTES),
+    with has_more. `status`: run the whole statement (a write) and report its command tag.
+    `path`: the search path it runs on once prepared (see _prepare).
+
+    The reader's `driven` reads them, not its wrapper (`Reader.fetch`): that is built for the
+    one SELECT the agent's guard let through, and keeps what it describes per SQL text with
+    the redaction decided for the agent, whom a shape made for the operator's SQL must never
+    serve; a definition's SQL may be a write with RETURNING, runs in a transaction of its own
+    that is never run twice (a write may have committed), and has output schemas made at
+    start from the driver's types (custom/build.py)."""
     stmt = await _prepare(conn, sql, path)
     args = _bound(stmt, values, names)
     columns = [Column(a.name, a.type) for a in stmt.get_attributes()]
@@ -204,15 +202,8 @@ async def fetch_rows(
             f"The definition's result has more than one column named {twice}.",
             suggestion="Its operator names the columns apart (AS ...).",
         )
-    tag = None
-    if status:  # the whole command runs anyway; its tag says what it did
-        records = await stmt.fetch(*args)
-        tag = stmt.get_statusmsg()
-    else:
-        cursor = await stmt.cursor(*args)
-        records = await cursor.fetch(limit + 1)
-    rows = [dict(zip([c.name for c in columns], _values(r), strict=True)) for r in records]
-    return _bounded(Rows(columns, rows, status=tag), limit, max_bytes)
+    got = await reader.driven(stmt, args, [c.name for c in columns], whole=status)
+    return Rows(columns, got.rows, got.has_more, got.notes, got.status)
 
 
 async def _prepare(
@@ -236,20 +227,6 @@ def duplicated(names: Sequence[str]) -> str | None:
             return name
         seen.add(name)
     return None
-
-
-def _bounded(result: Rows, limit: int, max_bytes: int) -> Rows:
-    if len(result.rows) > limit:
-        result.rows, result.has_more = result.rows[:limit], True
-        result.notes.append(f"cut at {limit} rows (MCP_MAX_ROWS)")
-    size = 2
-    for n, row in enumerate(result.rows):
-        size += len(json.dumps(row, separators=(",", ":"), ensure_ascii=False)) + 1
-        if size > max_bytes and n > 0:
-            result.rows, result.has_more = result.rows[:n], True
-            result.notes.append(f"cut at {max_bytes} bytes of rows (MCP_MAX_RESULT_BYTES)")
-            break
-    return result
 
 
 async def run_do(conn: asyncpg.Connection, block: str, args: dict[str, Any], path: str) -> Any:
@@ -348,7 +325,7 @@ async def complete(
     filtered = bool(stmt.get_parameters())
     cursor = await stmt.cursor(*bind([value], stmt.get_parameters()) if filtered else ())
     records = await cursor.fetch(MAX_VALUES + 1 if filtered else _COMPLETION_SCAN)
-    found = [str(to_json(r[0])) for r in records if r[0] is not None]
+    found = [str(from_driver(r[0])) for r in records if r[0] is not None]
     if not filtered:
         found = [v for v in found if v.casefold().startswith(value.casefold())]
     has_more = len(found) > MAX_VALUES

@@ -12,7 +12,8 @@ from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.explain.plans import explain
 from pg_mcp_server.database.rows.hints import column_hint, function_hint, relations
-from pg_mcp_server.database.rows.reader import query_hash, run_query
+from pg_mcp_server.database.rows.output import answer
+from pg_mcp_server.database.rows.reader import query_hash
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     InvalidSqlError,
@@ -104,20 +105,9 @@ def query_tools() -> list[ToolDef]:
             ),
         ] = None,
     ) -> Annotated[CallToolResult, ExecuteQueryOutput]:
-        cap = app.settings.server.max_rows
         try:
             result = await app.db.run(
-                lambda conn: run_query(
-                    conn,
-                    app.db,
-                    app.shapes,
-                    app.guard,
-                    sql,
-                    params,
-                    limit=min(limit or cap, cap),
-                    max_bytes=app.settings.server.max_result_bytes,
-                    sensitive=app.sensitive,
-                ),
+                lambda conn: app.reader.query(conn, sql, params, limit=limit),
                 timeout_ms,
                 explicit=True,
                 prelude=lambda: app.guard.prelude(sql),
@@ -126,16 +116,14 @@ def query_tools() -> list[ToolDef]:
             raise await _suggest(app, exc, sql) from None
         # The ExecuteQueryOutput fields, as plain JSON (see ok_json); the rows' JSON text is
         # PostgreSQL's own, used as is.
-        output: dict[str, Any] = {
-            "columns": [{"name": c.name, "data_type": c.data_type} for c in result.columns],
-            "rows": result.rows,
-            "row_count": len(result.rows),
-            "has_more": result.has_more,
-            "execution_time_ms": round(result.elapsed_ms, 3),
-            "query_hash": query_hash(sql),
-        }
-        if result.notes:
-            output["note"] = "; ".join(result.notes)
+        output = answer(
+            result.columns,
+            result.rows,
+            result.has_more,
+            result.notes,
+            execution_time_ms=round(result.elapsed_ms, 3),
+            query_hash=query_hash(sql),
+        )
         return ok_json(output, encoded={"columns": result.columns_json, "rows": result.rows_json})
 
     async def explain_query(

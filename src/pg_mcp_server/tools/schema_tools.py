@@ -170,17 +170,13 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
             sample = await app.db.run(
                 lambda conn: sample_rows(
                     conn,
-                    app.db,
-                    app.shapes,
-                    app.guard,
+                    app.reader,
                     schema=schema_name,
                     table=table_name,
                     limit=limit,
                     columns=columns,
                     where_clause=where_clause,
                     randomize=randomize,
-                    sensitive=app.sensitive,
-                    max_bytes=app.settings.server.max_result_bytes,
                 ),
                 explicit=True,
             )

@@ -33,6 +33,7 @@ from pg_mcp_server.database.guard.gate import SqlGuard
 from pg_mcp_server.database.pool.engine import Database, StatementChangedError
 from pg_mcp_server.database.pool.errors import translate
 from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
+from pg_mcp_server.database.rows.output import Budget
 from pg_mcp_server.database.rows.params import bind
 from pg_mcp_server.database.sql import tree as sqltree
 from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError, QueryTimeoutError
@@ -134,72 +135,6 @@ class Rows:
         return self.read > len(self.rows)
 
 
-async def fetch_rows(
-    conn: asyncpg.Connection,
-    db: Database,
-    shapes: Shapes,
-    sql: str,
-    params: Sequence[Any] | None,
-    *,
-    limit: int,
-    max_bytes: int,
-    sensitive: re.Pattern[str] | None,
-    max_text: int | None = None,
-    generation: int | None = None,
-) -> Rows:
-    """At most `limit` rows of `sql` (already guarded) whose JSON fits in `max_bytes`.
-    `generation` moves when a relation the statement reads may have changed (the guard's
-    relation facts): which columns are redacted is then decided again."""
-    shapes.facts.renew(generation)
-    shape = shapes.get(sql)
-    if shape is None or shape.generation != generation:
-        tree = rewrite.parse(sql) if shape is None else shape.tree
-        attributes = (
-            (await db.describe(conn, sql)).get_attributes()
-            if shape is None
-            else [_Named(c.name) for c in shape.columns]
-        )
-        verdict = await _redaction(conn, shapes.facts, sql, attributes, sensitive)
-        columns = (
-            values.columns_of(attributes, verdict.redacted)
-            if shape is None
-            else tuple(
-                dataclasses.replace(c, redacted=r)
-                for c, r in zip(shape.columns, verdict.redacted, strict=True)
-            )
-        )
-        shape = Shape(tree, columns, verdict.reads_sensitive, generation)
-        shapes.put(sql, shape)
-    wrapper = shape.wrapper(limit, max_bytes, max_text)
-    try:
-        stmt, fresh = await db.prepare(conn, wrapper)
-        if fresh and not shape.matches(stmt.get_attributes()):
-            raise _Changed
-        row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
-    except (asyncpg.PostgresError, _Changed) as exc:
-        if isinstance(exc, asyncpg.PostgresError) and not _ours(exc):
-            clean = scrubbed(exc) if shape.reads_sensitive else None
-            if clean is not None:
-                raise clean from None
-            raise
-        shapes.drop(sql)
-        db.forget(wrapper)
-        raise StatementChangedError(
-            "A table the query reads changed since the query was described"
-        ) from None
-    assert row is not None
-    text = "[" + (row["rows"] or "") + "]"
-    rows: list[list[Any]] = json.loads(text)
-    read = int(row["total"])
-    return Rows(
-        shape=shape,
-        rows=rows,
-        rows_json=text,
-        read=read,
-        cut_by_size=len(rows) < min(read, limit),
-    )
-
-
 @dataclass(frozen=True)
 class _Named:
     name: str
@@ -279,51 +214,159 @@ class QueryResult:
     notes: list[str] = field(default_factory=list)
 
 
-async def run_query(
-    conn: asyncpg.Connection,
-    db: Database,
-    shapes: Shapes,
-    guard: SqlGuard,
-    sql: str,
-    params: list[Any] | None,
-    *,
-    limit: int,
-    max_bytes: int,
-    sensitive: re.Pattern[str] | None,
-) -> QueryResult:
-    run = await guard.check(sql, conn)  # (names qualified where its path needs it)
-    started = time.perf_counter()
-    result = await fetch_rows(
-        conn,
-        db,
-        shapes,
-        run,
-        params,
-        limit=limit,
-        max_bytes=max_bytes,
-        sensitive=sensitive,
-        generation=guard.state.relations.generation,
-    )
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    notes: list[str] = []
-    if result.read > limit:
-        notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
-    if result.cut_by_size:
-        cut = (
-            f"cut after {len(result.rows)} rows at"
-            if result.rows
-            else "the first row alone is over"
+class Reader:
+    """How rows are read, for every tool that returns them: made once per server from the
+    pool, the guard, the budget (MCP_MAX_ROWS, MCP_MAX_RESULT_BYTES) and the redaction
+    pattern, and holding the described statements (`shapes`).
+
+    - `query` (execute_query) and `read` (get_sample_rows) pass the SQL through the guard,
+      then `fetch` it: PostgreSQL makes the rows' JSON (values.py) inside the wrapper
+      (rewrite.py), cut to the budget, sensitive columns redacted.
+    - `driven` reads a statement custom/runner.py prepared and bound, whose values the driver
+      decodes (values.from_driver), cut to the same budget (output.Budget.cut). Custom SQL is
+      the operator's, checked at start and run on its own path and transaction (see
+      custom/runner.py); it never reaches the guard, nor the shapes kept for the agent's SQL.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        guard: SqlGuard,
+        budget: Budget,
+        *,
+        sensitive: re.Pattern[str] | None,
+        shapes: Shapes | None = None,
+    ) -> None:
+        self.db = db
+        self.guard = guard
+        self.budget = budget
+        self.sensitive = sensitive
+        self.shapes = Shapes() if shapes is None else shapes
+
+    async def query(
+        self, conn: asyncpg.Connection, sql: str, params: list[Any] | None, *, limit: int | None
+    ) -> QueryResult:
+        """execute_query: at most `limit` rows (never above the budget), with notes saying
+        what was cut and which columns were redacted."""
+        limit = self.budget.limit(limit)
+        run = await self.guard.check(sql, conn)  # (names qualified where its path needs it)
+        started = time.perf_counter()
+        result = await self.fetch(conn, run, params, limit=limit)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        notes = self.budget.notes(
+            read=result.read, kept=len(result.rows), limit=limit, cut_by_size=result.cut_by_size
         )
-        notes.append(f"{cut} the {max_bytes}-byte result limit; select fewer columns or rows")
-    redacted = values.redacted_names(result.columns, result.rows)
-    if redacted:
-        notes.append("redacted sensitive columns: " + ", ".join(redacted))
-    return QueryResult(
-        columns=result.columns,
-        columns_json=result.shape.columns_json,
-        rows=result.rows,
-        rows_json=result.rows_json,
-        has_more=result.has_more,
-        elapsed_ms=elapsed_ms,
-        notes=notes,
-    )
+        redacted = values.redacted_names(result.columns, result.rows)
+        if redacted:
+            notes.append("redacted sensitive columns: " + ", ".join(redacted))
+        return QueryResult(
+            columns=result.columns,
+            columns_json=result.shape.columns_json,
+            rows=result.rows,
+            rows_json=result.rows_json,
+            has_more=result.has_more,
+            elapsed_ms=elapsed_ms,
+            notes=notes,
+        )
+
+    async def read(self, conn: asyncpg.Connection, sql: str, *, limit: int, max_text: int) -> Rows:
+        """get_sample_rows: `sql` (no parameters) through the guard, then `fetch`ed with
+        long text cut at `max_text` characters."""
+        run = await self.guard.check(sql, conn)  # (names qualified where its path needs it)
+        return await self.fetch(conn, run, None, limit=limit, max_text=max_text)
+
+    async def fetch(
+        self,
+        conn: asyncpg.Connection,
+        sql: str,
+        params: Sequence[Any] | None,
+        *,
+        limit: int,
+        max_text: int | None = None,
+    ) -> Rows:
+        """At most `limit` rows of `sql` whose JSON fits in the budget's bytes. `sql` is what
+        the guard's check returned (`query` and `read` make sure of it; tests call this with
+        their own SQL). Which columns are redacted is decided again when a relation the
+        statement reads may have changed (the guard's relation facts' generation)."""
+        generation = self.guard.state.relations.generation
+        self.shapes.facts.renew(generation)
+        shape = self.shapes.get(sql)
+        if shape is None or shape.generation != generation:
+            tree = rewrite.parse(sql) if shape is None else shape.tree
+            attributes = (
+                (await self.db.describe(conn, sql)).get_attributes()
+                if shape is None
+                else [_Named(c.name) for c in shape.columns]
+            )
+            verdict = await _redaction(conn, self.shapes.facts, sql, attributes, self.sensitive)
+            columns = (
+                values.columns_of(attributes, verdict.redacted)
+                if shape is None
+                else tuple(
+                    dataclasses.replace(c, redacted=r)
+                    for c, r in zip(shape.columns, verdict.redacted, strict=True)
+                )
+            )
+            shape = Shape(tree, columns, verdict.reads_sensitive, generation)
+            self.shapes.put(sql, shape)
+        wrapper = shape.wrapper(limit, self.budget.bytes, max_text)
+        try:
+            stmt, fresh = await self.db.prepare(conn, wrapper)
+            if fresh and not shape.matches(stmt.get_attributes()):
+                raise _Changed
+            row = await stmt.fetchrow(*bind(params, stmt.get_parameters()))
+        except (asyncpg.PostgresError, _Changed) as exc:
+            if isinstance(exc, asyncpg.PostgresError) and not _ours(exc):
+                clean = scrubbed(exc) if shape.reads_sensitive else None
+                if clean is not None:
+                    raise clean from None
+                raise
+            self.shapes.drop(sql)
+            self.db.forget(wrapper)
+            raise StatementChangedError(
+                "A table the query reads changed since the query was described"
+            ) from None
+        assert row is not None
+        text = "[" + (row["rows"] or "") + "]"
+        rows: list[list[Any]] = json.loads(text)
+        read = int(row["total"])
+        return Rows(
+            shape=shape,
+            rows=rows,
+            rows_json=text,
+            read=read,
+            cut_by_size=len(rows) < min(read, limit),
+        )
+
+    async def driven(
+        self,
+        stmt: asyncpg.prepared_stmt.PreparedStatement,
+        args: Sequence[Any],
+        names: Sequence[str],
+        *,
+        whole: bool = False,
+    ) -> Driven:
+        """The rows of a statement the caller prepared (custom SQL), as dicts by column
+        name, cut to the budget. `whole`: run the whole statement (a write) and keep its
+        command tag; otherwise at most one row more than the budget is read."""
+        status = None
+        if whole:  # the whole command runs anyway; its tag says what it did
+            records = await stmt.fetch(*args)
+            status = stmt.get_statusmsg()
+        else:
+            cursor = await stmt.cursor(*args)
+            records = await cursor.fetch(self.budget.rows + 1)
+        rows = [
+            dict(zip(names, [values.from_driver(v) for v in r.values()], strict=True))
+            for r in records
+        ]
+        kept, notes = self.budget.cut(rows)
+        return Driven(kept, bool(notes), notes, status)
+
+
+@dataclass
+class Driven:
+    rows: list[dict[str, Any]]
+    has_more: bool
+    notes: list[str]
+    status: str | None  # a write's command tag ("UPDATE 3")

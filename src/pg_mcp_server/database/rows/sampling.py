@@ -3,22 +3,20 @@
 Identifiers come from the catalog and are always quoted; the optional WHERE clause is
 untrusted SQL and passes the read-only guard (shape, then functions) before it is spliced in;
 the whole SELECT then runs inside the read-only transaction and comes back as JSON the way any
-query's rows do (queries.fetch_rows), long text cut by PostgreSQL before it is sent.
+query's rows do (Reader.read), long text cut by PostgreSQL before it is sent.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.guard.gate import SqlGuard, quote_ident
-from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.guard.gate import quote_ident
 from pg_mcp_server.database.rows import values
-from pg_mcp_server.database.rows.reader import Rows, Shapes, fetch_rows
+from pg_mcp_server.database.rows.reader import Reader, Rows
 from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
 
 # Above this many estimated rows, random sampling reads a block sample (TABLESAMPLE SYSTEM)
@@ -57,9 +55,7 @@ def _pick_columns(requested: list[str] | None, available: list[str], table: str)
 
 async def sample_rows(
     conn: asyncpg.Connection,
-    db: Database,
-    shapes: Shapes,
-    guard: SqlGuard,
+    reader: Reader,
     *,
     schema: str,
     table: str,
@@ -67,9 +63,8 @@ async def sample_rows(
     columns: list[str] | None,
     where_clause: str | None,
     randomize: bool,
-    sensitive: re.Pattern[str] | None,
-    max_bytes: int,
 ) -> Sample:
+    sensitive = reader.sensitive
     shape = await catalog.table_shape(conn, schema, table)
     chosen = _pick_columns(columns, list(shape["columns"]), table)
     estimated: int = shape["estimated_rows"]
@@ -86,7 +81,7 @@ async def sample_rows(
     where = ""
     notes: list[str] = []
     if where_clause is not None and where_clause.strip():
-        where = " WHERE " + guard.where_clause(where_clause, source)
+        where = " WHERE " + reader.guard.where_clause(where_clause, source)
         notes.append("filtered by where_clause")
 
     use_tablesample = (
@@ -124,21 +119,8 @@ async def sample_rows(
         return f"SELECT {select_list} FROM {frm}{where}{order} LIMIT {int(limit)}"
 
     async def read(sampled: bool) -> Rows:
-        sql = build(sampled)
         # The assembled statement passes the same gate as a user's query.
-        run = await guard.check(sql, conn)  # (names qualified where its path needs it)
-        return await fetch_rows(
-            conn,
-            db,
-            shapes,
-            run,
-            None,
-            limit=limit,
-            max_bytes=max_bytes,
-            sensitive=sensitive,
-            max_text=MAX_TEXT,
-            generation=guard.state.relations.generation,
-        )
+        return await reader.read(conn, build(sampled), limit=limit, max_text=MAX_TEXT)
 
     got = await read(use_tablesample)
     if use_tablesample and len(got.rows) < limit:
@@ -147,7 +129,7 @@ async def sample_rows(
     elif use_tablesample:
         notes.append("block sample (TABLESAMPLE SYSTEM)")
     if got.cut_by_size:
-        notes.append(f"cut at the {max_bytes}-byte result limit")
+        notes.append(f"cut at the {reader.budget.bytes}-byte result limit")
     redacted = values.redacted_names(got.columns, got.rows)
     if redacted:
         notes.append("redacted sensitive columns: " + ", ".join(redacted))

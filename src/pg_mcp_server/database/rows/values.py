@@ -15,13 +15,34 @@ we do not) as PostgreSQL's text form in a JSON string. On top of `to_json`:
 - get_sample_rows cuts long text at `max_text` characters.
 
 Each column's expression is chosen once per statement from the type PostgreSQL reports.
+
+Custom definitions' rows (custom/runner.py) come as the driver decoded them, not through that
+wrapper (why: runner.fetch_rows), and `from_driver` makes those values JSON. The two agree on
+numbers (numeric a number only while a double holds it exactly, NaN and the infinities as
+strings), booleans, text, bytea (base64), uuid, json, dates, intervals, timestamptz (in a
+session whose TimeZone is UTC), arrays and composites of those. They differ (compared on every
+row of tests/test_values.py's table, at the commit that merged jsonvalues.py here) where the
+driver's Python value is not PostgreSQL's text: time and timestamp fractions (`13:14:15.500000`
+for `13:14:15.5`), timetz's zone (`+02:00` for `+02`), timestamptz ranges (ISO with `T`,
+unquoted), "char" (base64 of its byte), bit strings and path/polygon (the driver's repr),
+pg_lsn, oid and xid8 (numbers for text), geometric types and multiranges (lists for text),
+hstore (its text for an object). Each side keeps the form it has always given: execute_query's
+is the one documented (PRD 8.4, README), and a custom tool's callers parse what it has given
+them.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import math
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
+
+import asyncpg
 
 REDACTED = "[REDACTED]"
 CUT_MARKS = (" more characters]", " more bytes]")
@@ -184,3 +205,64 @@ def redacted_names(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> 
 
 def any_cut(rows: Sequence[Sequence[Any]]) -> bool:
     return any(isinstance(v, str) and v.endswith(CUT_MARKS) for row in rows for v in row)
+
+
+_INFINITE = {
+    dt.date.max: "infinity",
+    dt.date.min: "-infinity",
+    dt.datetime.max: "infinity",
+    dt.datetime.min: "-infinity",
+}
+
+
+def _float(value: float) -> Any:
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def _decimal(value: Decimal) -> Any:
+    as_float = float(value)
+    if not value.is_finite():
+        return _float(as_float)
+    # A float only when it reads back as the same decimal, so no digit is lost.
+    return as_float if Decimal(repr(as_float)) == value else str(value)
+
+
+def _range(value: asyncpg.Range) -> str:
+    if value.isempty:
+        return "empty"
+    lower = "" if value.lower is None else from_driver(value.lower)
+    upper = "" if value.upper is None else from_driver(value.upper)
+    return f"{'[' if value.lower_inc else '('}{lower},{upper}{']' if value.upper_inc else ')'}"
+
+
+def from_driver(value: Any) -> Any:
+    """A JSON-serialisable equivalent of one value as the driver decoded it."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return _float(value)
+    if isinstance(value, Decimal):
+        return _decimal(value)
+    if isinstance(value, dt.datetime | dt.date):
+        if value in _INFINITE:
+            return _INFINITE[value]
+        return value.isoformat()
+    if isinstance(value, dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [from_driver(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): from_driver(v) for k, v in value.items()}
+    if isinstance(value, asyncpg.Record):
+        return {k: from_driver(v) for k, v in value.items()}
+    if isinstance(value, asyncpg.Range):
+        return _range(value)
+    return str(value)
