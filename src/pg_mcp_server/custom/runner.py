@@ -37,7 +37,7 @@ import asyncpg
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
 from pg_mcp_server.database.catalog.names import MAX_VALUES, Names
-from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.pool.engine import Database, translate
 from pg_mcp_server.database.rows.output import answer
 from pg_mcp_server.database.rows.params import bind
 from pg_mcp_server.database.rows.values import from_driver, type_name
@@ -46,6 +46,7 @@ from pg_mcp_server.errors import (
     DatabaseConnectionError,
     InvalidSqlError,
     ParameterError,
+    PgMcpError,
     QueryTimeoutError,
     WriteOperationDeniedError,
 )
@@ -110,43 +111,62 @@ async def transaction(
                 yield conn
                 if write:
                     await conn.execute("COMMIT")
-            except asyncpg.QueryCanceledError:
-                raise QueryTimeoutError(
-                    f"The definition's statement was cancelled after {ms} ms (its timeout).",
-                    context={"timeout_ms": ms},
-                ) from None
-            except asyncpg.ReadOnlySQLTransactionError as exc:
-                raise WriteOperationDeniedError(
-                    f"PostgreSQL refused a write in the read-only transaction: {exc.message}",
-                    suggestion=refused,
-                ) from None
-            except (
-                asyncpg.UndefinedTableError,
-                asyncpg.UndefinedFunctionError,
-                asyncpg.UndefinedObjectError,
-            ) as exc:
-                if not left_out:
-                    raise
-                raise InvalidSqlError(
-                    f"{exc.message} (schema {', '.join(left_out)} is not on the path custom "
-                    "SQL and code run on: roles that are not trusted may create objects there, "
-                    "and one planted with a closer match would be picked)",
-                    suggestion="Name objects of that schema with it (public.t) in the "
-                    "definition and in the bodies of the functions it calls, or give those "
-                    "functions their own SET search_path; or revoke CREATE on that schema from "
-                    "the roles you do not trust (REVOKE CREATE ON SCHEMA public FROM PUBLIC).",
-                    context={"left_off_path": list(left_out)},
-                ) from None
-            except asyncpg.InvalidTransactionTerminationError as exc:
-                raise InvalidSqlError(
-                    f"The code tried to end the transaction: {exc.message}",
-                    suggestion="Custom code runs inside one transaction that the server ends; "
-                    "remove COMMIT and ROLLBACK from it.",
-                ) from None
+            except asyncpg.PostgresError as exc:
+                said = _said(exc, ms, refused, left_out)
+                if said is None:
+                    raise  # Database.session maps it (translate)
+                raise said from None
     except ConnectionLostError as exc:
         if write:  # a write is never run twice: it may have committed before the loss
             raise DatabaseConnectionError(exc.message) from None
         raise
+
+
+_LEFT_OUT_SUGGESTION = (
+    "Name objects of that schema with it (public.t) in the definition and in the bodies of "
+    "the functions it calls, or give those functions their own SET search_path; or revoke "
+    "CREATE on that schema from the roles you do not trust (REVOKE CREATE ON SCHEMA public "
+    "FROM PUBLIC)."
+)
+_UNDEFINED = (
+    asyncpg.UndefinedTableError,
+    asyncpg.UndefinedFunctionError,
+    asyncpg.UndefinedObjectError,
+)
+
+
+def _said(
+    exc: asyncpg.PostgresError, ms: int, refused: str, left_out: Sequence[str]
+) -> PgMcpError | None:
+    """A definition's failure in the words its operator needs, where they say more than
+    `translate`'s (pool/engine.py: where every driver error gets its code, this one's too):
+    its own timeout, who may let it write, a COMMIT in its code, a schema its path leaves
+    off. None: `translate`'s error as it is."""
+    mapped = translate(exc, timeout_ms=ms)
+    if isinstance(mapped, QueryTimeoutError):
+        return QueryTimeoutError(
+            f"The definition's statement was cancelled after {ms} ms (its timeout).",
+            context={"timeout_ms": ms},
+        )
+    if isinstance(mapped, WriteOperationDeniedError):
+        return WriteOperationDeniedError(mapped.message, suggestion=refused)
+    if isinstance(exc, asyncpg.InvalidTransactionTerminationError):
+        return InvalidSqlError(
+            f"The code tried to end the transaction: {exc.message}",
+            suggestion="Custom code runs inside one transaction that the server ends; "
+            "remove COMMIT and ROLLBACK from it.",
+        )
+    if isinstance(exc, _UNDEFINED) and left_out:
+        # INVALID_SQL even for a table: the definition's path is at fault, which the
+        # agent's list_tables cannot mend.
+        return InvalidSqlError(
+            f"{exc.message} (schema {', '.join(left_out)} is not on the path custom SQL and "
+            "code run on: roles that are not trusted may create objects there, and one "
+            "planted with a closer match would be picked)",
+            suggestion=_LEFT_OUT_SUGGESTION,
+            context={"left_off_path": list(left_out)},
+        )
+    return None
 
 
 def _bound(
