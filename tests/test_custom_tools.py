@@ -516,6 +516,35 @@ async def test_rows_are_bounded(demo_dsn: str, tmp_path: Path) -> None:
         assert "MCP_MAX_RESULT_BYTES" in got["note"]
 
 
+async def test_a_custom_select_answers_as_execute_query_does(demo_dsn: str, tmp_path: Path) -> None:
+    """One output dict and one budget (database/rows/output.py) for both ways rows are read:
+    the same SELECT as a custom tool and through execute_query gives the same columns, rows
+    and cut, for types whose values both make alike (rows/values.py says which)."""
+    sql = (
+        "SELECT g AS n, 1::numeric / 3 AS third, round(g::numeric / 3, 4) AS approx, "
+        "g::numeric / 4 AS quarter, 'x' || g AS label, "
+        "g % 2 = 0 AS even, ARRAY[g, NULL] AS pair, DATE '2024-01-01' + g AS day "
+        "FROM generate_series(1, 30) g ORDER BY g"
+    )
+    text = f"tools:\n  - name: same\n    type: sql\n    sql: |\n      {sql}\n"
+    async with serve(demo_dsn, tmp_path, text, max_rows=10) as client:
+        custom = await call(client, "same")
+        ours = await call(client, "execute_query", sql=sql)
+    assert custom["row_count"] == 10 and custom["has_more"] is True
+    assert custom["rows"][0] == [
+        1,
+        "0.33333333333333333333",
+        0.3333,
+        0.25,
+        "x1",
+        False,
+        [1, None],
+        "2024-01-02",
+    ]
+    for key in ("columns", "rows", "row_count", "has_more"):
+        assert custom[key] == ours[key], key
+
+
 async def test_a_changed_table_is_reported_not_sent(scratch_dsn: str, tmp_path: Path) -> None:
     await execute(scratch_dsn, NOTES + "INSERT INTO notes (body) VALUES ('a');")
     text = """
