@@ -18,14 +18,15 @@ Each column's expression is chosen once per statement from the type PostgreSQL r
 
 Custom definitions' rows (custom/runner.py) come as the driver decoded them, not through that
 wrapper (why: runner.fetch_rows), and `from_driver` makes those values JSON. The two agree on
-numbers (a numeric that a double holds to 15 digits a number, one it cannot hold a string, NaN
-and the infinities strings), booleans, text, bytea (base64), uuid, json, dates, intervals,
-timestamptz (in a session whose TimeZone is UTC), arrays and composites of those. They differ
-(compared on every row of tests/test_values.py's table, at the commit that merged jsonvalues.py
-here) where the driver's Python value is not PostgreSQL's text: numerics of 16 or 17
-significant digits that a double holds (4/3 as 1.3333333333333333: a number from the driver, a
-string from PostgreSQL, whose cast to float8 and back keeps 15 digits), time and timestamp
-fractions (`13:14:15.500000` for `13:14:15.5`), timetz's zone (`+02:00` for `+02`), timestamptz
+integers, double precision, numerics (one that a double holds to 15 digits a number, one it
+cannot hold a string, NaN and the infinities strings), booleans, text, bytea (base64), uuid,
+json, dates, intervals (text on our connections), timestamps to the whole second (timestamptz
+in a session whose TimeZone is UTC), and arrays and composites of those. They differ (compared
+on every row of tests/test_values.py's table when jsonvalues.py was merged here) where the
+driver's Python value is not PostgreSQL's text: numerics of 16 or 17 significant digits that a
+double holds (4/3 as 1.3333333333333333: a number from the driver, a string from PostgreSQL,
+whose cast to float8 and back keeps 15 digits), real (0.1 as 0.10000000149011612), fractions of
+a second (`13:14:15.500000` for `13:14:15.5`), timetz's zone (`+02:00` for `+02`), timestamptz
 ranges (ISO with `T`, unquoted), "char" (base64 of its byte), bit strings and path/polygon (the
 driver's repr), pg_lsn, oid and xid8 (numbers for text), geometric types and multiranges (lists
 for text), hstore (its text for an object). Each side keeps the form it has always given:
