@@ -37,7 +37,8 @@ import asyncpg
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
 from pg_mcp_server.database.catalog.names import MAX_VALUES, Names
-from pg_mcp_server.database.pool.engine import Database, translate
+from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.pool.errors import translate
 from pg_mcp_server.database.rows.output import answer
 from pg_mcp_server.database.rows.params import bind
 from pg_mcp_server.database.rows.values import from_driver, type_name
@@ -139,7 +140,7 @@ def _said(
     exc: asyncpg.PostgresError, ms: int, refused: str, left_out: Sequence[str]
 ) -> PgMcpError | None:
     """A definition's failure in the words its operator needs, where they say more than
-    `translate`'s (pool/engine.py: where every driver error gets its code, this one's too):
+    `translate`'s (pool/errors.py: where every driver error gets its code, this one's too):
     its own timeout, who may let it write, a COMMIT in its code, a schema its path leaves
     off. None: `translate`'s error as it is."""
     mapped = translate(exc, timeout_ms=ms)
