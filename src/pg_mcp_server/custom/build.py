@@ -180,6 +180,11 @@ def _checked(sql: str, checked: Checked | None) -> str:
     return checked.sql[sql]
 
 
+def _left_out(checked: Checked | None) -> tuple[str, ...]:
+    """The open schemas custom SQL runs without (none known before the check)."""
+    return checked.left_out if checked is not None else ()
+
+
 def _pl_path(checked: Checked | None) -> str:
     if checked is None:
         raise DatabaseConnectionError(
@@ -254,7 +259,7 @@ def tool(spec: ToolSpec, checked: Checked | None, settings: Settings, path: str)
             refused=refused,
             creates=plfunc and session is None,
             before=session.ensure if session is not None else None,
-            left_out=checked.left_out if checked else (),
+            left_out=_left_out(checked),
         ) as conn:
             if spec.type == "pl-do":
                 return await run_do(conn, spec.statement, args, _pl_path(checked))
@@ -327,7 +332,7 @@ def _completer(
         text = _checked(sql, checked)
         path = checked.path(sql) if checked else None
         async with transaction(
-            app.db, None, write=False, refused=refused, left_out=checked.left_out if checked else ()
+            app.db, None, write=False, refused=refused, left_out=_left_out(checked)
         ) as conn:
             return await complete(conn, text, value, path)
 
@@ -349,7 +354,7 @@ def _reader(
     async def read(request: Request, values: list[Any]) -> Content:
         refused = "Resources always run read-only."
         sql = _checked(spec.sql, checked)
-        left_out = checked.left_out if checked else ()
+        left_out = _left_out(checked)
         async with transaction(
             request.app.db, None, write=False, refused=refused, left_out=left_out
         ) as conn:
