@@ -216,8 +216,20 @@ async def _backends(dsn: str, state: str) -> list[str]:
 
 async def test_cancelled_call_cancels_the_backend_query(qdsn: str) -> None:
     async with connect(qdsn) as client:
-        with anyio.move_on_after(1.0):
-            await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
+        # Cancelled once its query runs (rather than after a second it always waited out).
+        with anyio.CancelScope() as call_scope:
+
+            async def cancel_when_running() -> None:
+                async def running() -> bool:
+                    return any("pg_sleep(30)" in q for q in await _backends(qdsn, "active"))
+
+                await eventually(running, what="the call's query running")
+                call_scope.cancel()
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(cancel_when_running)
+                await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
+        assert call_scope.cancelled_caught
 
         async def cancelled() -> bool:
             return not await _backends(qdsn, "active")
