@@ -35,6 +35,7 @@ async def pg() -> AsyncIterator[PgServer]:
         pytest.fail(f"no PostgreSQL for the tests: {type(exc).__name__}: {exc}", pytrace=False)
     _log.info("test PostgreSQL source: %s", server.source)
     try:
+        await server.skip_flushes()
         yield server
     finally:
         try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,6 +22,43 @@ async def connect(dsn: str, **server: Any) -> AsyncIterator[Client]:
     settings = Settings.load(database={"dsn": dsn}, server=server)
     async with Client(build_server(settings)) as client:
         yield client
+
+
+@asynccontextmanager
+async def held_client(dsn: str, pool_size: int | None = None) -> AsyncIterator[Client]:
+    """A client session for a whole module. anyio wants a session entered and left by one
+    task, and pytest-asyncio sets a fixture up and tears it down in different tasks, so a
+    task of its own holds the session open. `pool_size` (PG_POOL_SIZE while the server reads
+    its settings) of 1 makes every call share one pooled connection."""
+    ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+    done = asyncio.Event()
+
+    async def hold() -> None:
+        try:
+            async with connect(dsn) as client:
+                ready.set_result(client)
+                await done.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    old = os.environ.get("PG_POOL_SIZE")
+    if pool_size is not None:
+        os.environ["PG_POOL_SIZE"] = str(pool_size)
+    try:
+        task = asyncio.create_task(hold())
+        client = await ready
+    finally:
+        if old is None:
+            os.environ.pop("PG_POOL_SIZE", None)
+        else:
+            os.environ["PG_POOL_SIZE"] = old
+    try:
+        yield client
+    finally:
+        done.set()
+        await task
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:

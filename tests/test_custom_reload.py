@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -373,14 +372,16 @@ async def served(
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
+
+        async def listening() -> bool:
+            assert process.poll() is None, "server exited during start-up"
             try:
                 httpx.get(base + "/health", timeout=2)
-                break
             except httpx.TransportError:  # not listening yet
-                assert time.monotonic() < deadline and process.poll() is None
-                await asyncio.sleep(0.2)
+                return False
+            return True
+
+        await eventually(listening, what="the server listening", seconds=60)
         async with Client(base + "/mcp") as client:
             yield client, process.pid
     finally:

@@ -6,10 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import asyncpg
+from eventually import wait_for
 
 from pg_mcp_server.embedded import EmbeddedPostgres
 
@@ -56,10 +56,8 @@ def test_stop_without_waiting_has_stopped_postgresql_and_hands_the_files_on() ->
     server.stop(wait=False)
     assert not server.running
     assert not _alive(pid)  # the postmaster has exited when stop() returns
-    deadline = time.monotonic() + 30  # deleted by a process of its own, which outlives ours
-    while data_dir.exists():
-        assert time.monotonic() < deadline, f"{data_dir} was not deleted"
-        time.sleep(0.05)
+    # Deleted by a process of its own, which outlives ours.
+    assert wait_for(lambda: not data_dir.exists(), 30), f"{data_dir} was not deleted"
 
 
 _SIGTERM_CHILD = """

@@ -8,7 +8,9 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
-from mcpclient import call, call_error, connect, execute, fetch
+from mcp import Client
+from mcpclient import call, call_error, connect, execute, fetch, held_client
+from pgbed import PgServer
 
 CANARY = """
 CREATE TABLE canary (id serial PRIMARY KEY, secret_note text, body text);
@@ -30,10 +32,22 @@ SELECT (SELECT count(*) FROM canary) AS rows,
 """
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def canary_dsn(scratch_dsn: str) -> AsyncIterator[str]:
-    await execute(scratch_dsn, CANARY)
-    yield scratch_dsn
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def canary_dsn(pg: PgServer) -> AsyncIterator[str]:
+    """One database for the module: a test that changed it fails (state() before and after)."""
+    db = await pg.create_database("canary")
+    try:
+        await execute(db.dsn, CANARY)
+        yield db.dsn
+    finally:
+        await pg.drop_database(db.name)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def served(canary_dsn: str) -> AsyncIterator[Client]:
+    """One server for the corpora of refused calls, which must keep it serving."""
+    async with held_client(canary_dsn) as client:
+        yield client
 
 
 async def state(dsn: str) -> dict[str, Any]:
@@ -75,22 +89,19 @@ HOSTILE_WHERE = [
 
 @pytest.mark.parametrize(("clause", "codes"), HOSTILE_WHERE)
 async def test_hostile_where_clause_is_refused_and_nothing_changes(
-    canary_dsn: str, clause: str, codes: set[str]
+    canary_dsn: str, served: Client, clause: str, codes: set[str]
 ) -> None:
     before = await state(canary_dsn)
-    async with connect(canary_dsn) as client:
-        if clause == "":
-            # An empty clause means "no filter"; whitespace with a comment must still parse.
-            body = await call_error(
-                client, "get_sample_rows", table_name="canary", where_clause="/* */ ;"
-            )
-        else:
-            body = await call_error(
-                client, "get_sample_rows", table_name="canary", where_clause=clause
-            )
-        assert body["error"]["code"] in codes, body
-        # The server keeps serving after the refusal.
-        assert (await call(client, "get_sample_rows", table_name="canary", limit=1))["rows"]
+    if clause == "":
+        # An empty clause means "no filter"; whitespace with a comment must still parse.
+        body = await call_error(
+            served, "get_sample_rows", table_name="canary", where_clause="/* */ ;"
+        )
+    else:
+        body = await call_error(served, "get_sample_rows", table_name="canary", where_clause=clause)
+    assert body["error"]["code"] in codes, body
+    # The server keeps serving after the refusal.
+    assert (await call(served, "get_sample_rows", table_name="canary", limit=1))["rows"]
     assert await state(canary_dsn) == before
 
 
@@ -147,10 +158,9 @@ async def test_unknown_names_suggest_the_closest(canary_dsn: str) -> None:
     ],
 )
 async def test_wrong_parameters_are_parameter_errors(
-    canary_dsn: str, tool: str, arguments: dict[str, Any], parameter: str
+    served: Client, tool: str, arguments: dict[str, Any], parameter: str
 ) -> None:
-    async with connect(canary_dsn) as client:
-        body = await call_error(client, tool, **arguments)
+    body = await call_error(served, tool, **arguments)
     assert body["error"]["code"] == "PARAMETER_ERROR"
     assert body["error"]["context"]["errors"][0]["parameter"] == parameter
     assert parameter in body["error"]["message"]

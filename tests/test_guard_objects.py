@@ -35,9 +35,8 @@ from guardbed import (
     planter_role,
 )
 from mcp import Client
-from mcpclient import call, call_error, connect, execute, records
+from mcpclient import call, call_error, connect, execute, held_client, records
 from pgbed import PgServer, server_features
-from test_query_corpus import held_client
 
 
 @dataclass(frozen=True)

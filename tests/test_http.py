@@ -9,13 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx2 as httpx
 import psutil
 import pytest
@@ -23,7 +23,7 @@ import pytest_asyncio
 from eventually import eventually, wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcpclient import call, call_error, fetch, records
+from mcpclient import call, call_error, execute, fetch, records
 from serverproc import clean_env
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
@@ -62,15 +62,17 @@ def serve(dsn: str, *args: str, stderr: Path | None = None, **env: str) -> Itera
         stderr=log,
     )
     base = f"http://127.0.0.1:{port}"
+
+    def answering() -> bool:
+        assert proc.poll() is None, "server exited during start-up"
+        try:
+            httpx.get(base + "/health", timeout=2)
+        except httpx.TransportError:  # not listening yet
+            return False
+        return True
+
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(base + "/health", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, "server exited during start-up"
-                time.sleep(0.2)
+        assert wait_for(answering, 30), "the server did not listen within 30 s"
         yield Running(base, proc)
     finally:
         proc.terminate()
@@ -353,6 +355,13 @@ ACTIVE = (
 )
 
 
+# A session of the server's waiting for a lock the test holds.
+WAITING = (
+    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+    "AND datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
 async def _running(demo_dsn: str, sql: str) -> None:
     """Wait until `sql` is running in PostgreSQL (the slot it holds is taken)."""
 
@@ -374,15 +383,35 @@ async def test_above_the_limit_a_request_waits_for_a_slot(
 
 
 async def test_above_the_limit_a_request_gets_503_after_waiting(
-    demo_dsn: str, http: httpx.AsyncClient
+    scratch_dsn: str, http: httpx.AsyncClient
 ) -> None:
-    with serve(demo_dsn, MCP_MAX_CONCURRENT_REQUESTS="1", PG_POOL_TIMEOUT="0.5") as running:
-        first = asyncio.create_task(http.post(running.mcp, json=SLEEP, headers=V1))
-        await _running(demo_dsn, "SELECT pg_sleep(3)")
-        busy = await http.post(running.mcp, json={**SLEEP, "id": 2, "method": "ping"}, headers=V1)
-        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
-        assert "requests in progress" in busy.json()["error"]["message"]
-        assert (await first).status_code == 200
+    """The first request holds the only slot for as long as the test holds a lock it waits
+    for (no sleep to outlast): the next one is refused after PG_POOL_TIMEOUT."""
+    await execute(scratch_dsn, "CREATE TABLE gate (x int)")
+    gate = await asyncpg.connect(scratch_dsn)
+    try:
+        blocked = gate.transaction()
+        await blocked.start()
+        await gate.execute("LOCK TABLE gate IN ACCESS EXCLUSIVE MODE")
+        with serve(scratch_dsn, MCP_MAX_CONCURRENT_REQUESTS="1", PG_POOL_TIMEOUT="0.5") as running:
+            call = {"name": "execute_query", "arguments": {"sql": "SELECT count(*) FROM gate"}}
+            request = {**SLEEP, "params": call}
+            first = asyncio.create_task(http.post(running.mcp, json=request, headers=V1))
+
+            async def waiting() -> bool:
+                return bool(await fetch(scratch_dsn, WAITING))
+
+            await eventually(waiting, what="the first request waiting for the lock")
+            busy = await http.post(
+                running.mcp, json={**SLEEP, "id": 2, "method": "ping"}, headers=V1
+            )
+            assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+            assert "requests in progress" in busy.json()["error"]["message"]
+            assert not first.done()
+            await blocked.rollback()
+            assert (await first).status_code == 200
+    finally:
+        await gate.close()
 
 
 async def _closed_loop(url: str, clients: int, calls: int) -> list[int]:
@@ -506,10 +535,14 @@ async def test_dropped_request_cancels_its_query(
         "params": {"name": "execute_query", "arguments": {"sql": sql}},
     }
     headers = {**HEADERS, "MCP-Protocol-Version": "2025-11-25"}
-    request = asyncio.create_task(http.post(server.mcp, json=body, headers=headers, timeout=3.0))
-    await _running(demo_dsn, sql)  # the query runs before its client goes away
-    with pytest.raises(httpx.TimeoutException):
-        await request
+    # The client goes away as soon as the query runs (not after a timeout it waits out):
+    # the request is cancelled and the client closed, and with it the connection.
+    async with httpx.AsyncClient(timeout=30) as leaving:
+        request = asyncio.create_task(leaving.post(server.mcp, json=body, headers=headers))
+        await _running(demo_dsn, sql)  # the query runs before its client goes away
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
 
     async def ended() -> bool:
         return not await fetch(demo_dsn, ACTIVE, sql)

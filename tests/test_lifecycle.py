@@ -154,18 +154,17 @@ def test_http_stops_within_a_second(
         assert "Traceback" not in server.stderr_path.read_text()
 
 
-# As many demo stops as fit in this budget, at most RUNS: one in a dozen used to end with a
-# FileNotFoundError traceback from the clean-up (two clean-ups of the same files). A demo
-# start takes 2-3 s on an idle machine (10-15 runs here; the cause is fixed, this keeps it
-# so); bench/bench_stop.py ran the full 50 (README). It was 60 s, the suite's longest test.
-RUNS = 50
-BUDGET_S = 30.0
-AT_LEAST = 8
+# One demo stop in a dozen used to end with a FileNotFoundError traceback from the clean-up
+# (two clean-ups of the same files); the cause is fixed, this keeps it so, with a fixed
+# number of stops: a time budget filled with as many as fit (30 s, 10-15 stops on an idle
+# machine, 8 on a busy one) made the passing test always wait it out, the suite's longest.
+# bench/bench_stop.py runs 50 (README).
+RUNS = 8
 
 
 def test_the_demo_stops_cleanly_again_and_again(tmp_path: Path) -> None:
     started, runs = time.monotonic(), 0
-    while runs < RUNS and (runs < AT_LEAST or time.monotonic() - started < BUDGET_S):
+    while runs < RUNS:
         how = (signal.SIGINT, signal.SIGTERM)[runs % 2]
         server = Server([EXECUTABLE, "--demo"], clean_env(), tmp_path / f"stderr{runs}.log")
         try:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import asyncpg
 import psutil
 import pytest
+from eventually import wait_for
 from pgbed import SERVER_ENV, PgServer, start_server, wheel_bindir
 from pgcluster import LocalCluster
 
@@ -106,7 +106,5 @@ def test_cluster_goes_away_when_its_owner_is_killed() -> None:
     finally:
         owner.kill()  # SIGKILL: no atexit, no finally, no signal handler runs in the owner
         owner.communicate()
-    deadline = time.monotonic() + 60
-    while root.exists() or _running(pid):
-        assert time.monotonic() < deadline, f"{root} or postmaster {pid} outlived its owner"
-        time.sleep(0.05)
+    gone = wait_for(lambda: not root.exists() and not _running(pid), 60)
+    assert gone, f"{root} or postmaster {pid} outlived its owner"

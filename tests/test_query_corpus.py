@@ -12,7 +12,6 @@ Tests run as a superuser: the worst case for the guard, which is the point.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import datetime as dt
@@ -21,7 +20,6 @@ import math
 import os
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -46,7 +44,7 @@ from corpus import (
     Legit,
 )
 from mcp import Client
-from mcpclient import call, call_error, connect, execute, fetch, records
+from mcpclient import call, call_error, execute, fetch, held_client, records
 from pgbed import PgServer
 
 # What a leaked session change on the server's pooled connection would show.
@@ -139,43 +137,6 @@ class Corpus:
     victim: Victim
     client: Client
     probe: dict[str, Any]  # the pooled connection's settings before any attack
-
-
-@asynccontextmanager
-async def held_client(dsn: str, pool_size: int | None = None) -> AsyncIterator[Client]:
-    """A client session for a whole module. anyio wants a session entered and left by one
-    task, and pytest-asyncio sets a fixture up and tears it down in different tasks, so a
-    task of its own holds the session open. `pool_size` (PG_POOL_SIZE while the server reads
-    its settings) of 1 makes every call share one pooled connection."""
-    ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
-    done = asyncio.Event()
-
-    async def hold() -> None:
-        try:
-            async with connect(dsn) as client:
-                ready.set_result(client)
-                await done.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc)
-            raise
-
-    old = os.environ.get("PG_POOL_SIZE")
-    if pool_size is not None:
-        os.environ["PG_POOL_SIZE"] = str(pool_size)
-    try:
-        task = asyncio.create_task(hold())
-        client = await ready
-    finally:
-        if old is None:
-            os.environ.pop("PG_POOL_SIZE", None)
-        else:
-            os.environ["PG_POOL_SIZE"] = old
-    try:
-        yield client
-    finally:
-        done.set()
-        await task
 
 
 async def probe(client: Client) -> dict[str, Any]:

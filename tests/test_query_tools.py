@@ -17,7 +17,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from eventually import eventually
-from mcpclient import call, call_error, connect, execute, fetch
+from mcp import Client
+from mcpclient import call, call_error, connect, execute, fetch, held_client
+from pgbed import PgServer
 
 from pg_mcp_server.__main__ import preflight
 from pg_mcp_server.config import Settings
@@ -41,10 +43,23 @@ INSERT INTO accounts VALUES (1, 's3cr3t');
 """
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def qdsn(scratch_dsn: str) -> AsyncIterator[str]:
-    await execute(scratch_dsn, SETUP)
-    yield scratch_dsn
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def qdsn(pg: PgServer) -> AsyncIterator[str]:
+    """One database for the module (80,000 rows to load): the tests here only read it, or
+    leave nothing behind (a role they drop); a test that writes gets a database of its own."""
+    db = await pg.create_database("query_tools")
+    try:
+        await execute(db.dsn, SETUP)
+        yield db.dsn
+    finally:
+        await pg.drop_database(db.name)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def served(qdsn: str) -> AsyncIterator[Client]:
+    """One server for the corpora of parameters, one call per case."""
+    async with held_client(qdsn) as client:
+        yield client
 
 
 async def test_rows_columns_and_types(qdsn: str) -> None:
@@ -145,9 +160,10 @@ PARAM_CASES: list[tuple[str, Any, Any]] = [
 
 
 @pytest.mark.parametrize(("sql", "value", "expected"), PARAM_CASES)
-async def test_parameter_types_round_trip(qdsn: str, sql: str, value: Any, expected: Any) -> None:
-    async with connect(qdsn) as client:
-        out = await call(client, "execute_query", sql=sql, params=[value])
+async def test_parameter_types_round_trip(
+    served: Client, sql: str, value: Any, expected: Any
+) -> None:
+    out = await call(served, "execute_query", sql=sql, params=[value])
     assert out["rows"] == [[expected]]
 
 
@@ -164,10 +180,9 @@ async def test_parameter_types_round_trip(qdsn: str, sql: str, value: Any, expec
     ],
 )
 async def test_parameter_errors_name_the_parameter(
-    qdsn: str, sql: str, params: list[Any], fragment: str
+    served: Client, sql: str, params: list[Any], fragment: str
 ) -> None:
-    async with connect(qdsn) as client:
-        body = await call_error(client, "execute_query", sql=sql, params=params)
+    body = await call_error(served, "execute_query", sql=sql, params=params)
     assert body["error"]["code"] == "PARAMETER_ERROR"
     assert fragment in body["error"]["message"]
 
@@ -203,8 +218,20 @@ async def _backends(dsn: str, state: str) -> list[str]:
 
 async def test_cancelled_call_cancels_the_backend_query(qdsn: str) -> None:
     async with connect(qdsn) as client:
-        with anyio.move_on_after(1.0):
-            await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
+        # Cancelled once its query runs (rather than after a second it always waited out).
+        with anyio.CancelScope() as call_scope:
+
+            async def cancel_when_running() -> None:
+                async def running() -> bool:
+                    return any("pg_sleep(30)" in q for q in await _backends(qdsn, "active"))
+
+                await eventually(running, what="the call's query running")
+                call_scope.cancel()
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(cancel_when_running)
+                await client.call_tool("execute_query", {"sql": "SELECT pg_sleep(30)"})
+        assert call_scope.cancelled_caught
 
         async def cancelled() -> bool:
             return not await _backends(qdsn, "active")
@@ -366,10 +393,11 @@ async def test_a_left_over_prepared_statement_discards_the_session(qdsn: str) ->
         await db.dispose()
 
 
-async def test_a_repeated_query_sees_the_table_change(qdsn: str) -> None:
+async def test_a_repeated_query_sees_the_table_change(scratch_dsn: str) -> None:
     """Repeated SQL runs from kept statements; a column added, retyped or dropped since must
     not break it, nor leave a stale column out (PostgreSQL refuses the kept statement, and the
     call runs again once)."""
+    qdsn = scratch_dsn  # the test changes a table: not in the module's shared database
     await execute(qdsn, "CREATE TABLE shifting (a int); INSERT INTO shifting VALUES (1)")
     sql = "SELECT * FROM shifting"
     async with connect(qdsn, pool_size=1) as client:

@@ -13,7 +13,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from eventually import eventually
-from mcpclient import call, call_error, connect, execute, fetch, records
+from mcp import Client
+from mcpclient import call, call_error, connect, execute, fetch, held_client, records
+from pgbed import PgServer
 
 SETUP = r"""
 CREATE TABLE users (id int PRIMARY KEY, name text, password_hash text, note text);
@@ -39,10 +41,24 @@ CREATE USER MAPPING FOR current_user SERVER remote OPTIONS (user 'u', password '
 SECRETS = ("hunter2", "srvpw42", "fdwpw42")
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def rdsn(scratch_dsn: str) -> AsyncIterator[str]:
-    await execute(scratch_dsn, SETUP)
-    yield scratch_dsn
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def rdsn(pg: PgServer) -> AsyncIterator[str]:
+    """One database for the module: no test writes to it (the settings test changes a
+    server-wide setting and resets it)."""
+    db = await pg.create_database("redaction")
+    try:
+        await execute(db.dsn, SETUP)
+        yield db.dsn
+    finally:
+        await pg.drop_database(db.name)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def served(rdsn: str) -> AsyncIterator[Client]:
+    """One server for the module's corpora of queries, one call per case, as an agent's
+    session makes them: building a server and its first call cost ~0.5 s per test."""
+    async with held_client(rdsn) as client:
+        yield client
 
 
 def _clean(out: Any) -> None:
@@ -104,10 +120,9 @@ REDACTED_QUERIES = [
     ("label", "sql", "redacted"), REDACTED_QUERIES, ids=[q[0] for q in REDACTED_QUERIES]
 )
 async def test_a_sensitive_value_is_redacted_wherever_it_goes(
-    rdsn: str, label: str, sql: str, redacted: list[str]
+    served: Client, label: str, sql: str, redacted: list[str]
 ) -> None:
-    async with connect(rdsn) as client:
-        out = await call(client, "execute_query", sql=sql)
+    out = await call(served, "execute_query", sql=sql)
     _clean(out)
     names = [c["name"] for c in out["columns"]]
     for row in out["rows"]:
@@ -158,9 +173,8 @@ ORDINARY = [
 
 
 @pytest.mark.parametrize(("sql", "rows"), ORDINARY)
-async def test_ordinary_queries_are_unchanged(rdsn: str, sql: str, rows: list[Any]) -> None:
-    async with connect(rdsn) as client:
-        out = await call(client, "execute_query", sql=sql)
+async def test_ordinary_queries_are_unchanged(served: Client, sql: str, rows: list[Any]) -> None:
+    out = await call(served, "execute_query", sql=sql)
     assert out["rows"] == rows
     assert "redacted" not in (out.get("note") or "")
 
@@ -207,10 +221,9 @@ REFUSED = [
 
 @pytest.mark.parametrize(("label", "sql", "column"), REFUSED, ids=[q[0] for q in REFUSED])
 async def test_a_use_that_would_tell_the_value_is_refused(
-    rdsn: str, label: str, sql: str, column: str
+    served: Client, label: str, sql: str, column: str
 ) -> None:
-    async with connect(rdsn) as client:
-        body = await call_error(client, "execute_query", sql=sql)
+    body = await call_error(served, "execute_query", sql=sql)
     _clean(body["error"])
     assert body["error"]["code"] == "PERMISSION_DENIED", label
     assert body["error"]["context"]["rule"] == "sensitive_column"
@@ -226,12 +239,11 @@ async def test_a_use_that_would_tell_the_value_is_refused(
         "SELECT * FROM table_to_xml('users', true, false, '') AS x",
     ],
 )
-async def test_a_table_as_xml_is_redacted(rdsn: str, sql: str) -> None:
+async def test_a_table_as_xml_is_redacted(served: Client, sql: str) -> None:
     """attack3 F20: table_to_xml and its kin return every column of what they name; which
     ones is not followed, so their value is redacted, or the use refused (in FROM), and an
     error on the way is scrubbed. Without libxml PostgreSQL refuses the call."""
-    async with connect(rdsn) as client:
-        result = await client.call_tool("execute_query", {"sql": sql})
+    result = await served.call_tool("execute_query", {"sql": sql})
     out = result.structured_content
     assert out is not None
     _clean(out)  # no secret, whatever the outcome

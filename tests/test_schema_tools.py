@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from mcp import Client
 from mcpclient import call, connect, fetch
 
 from pg_mcp_server.models.schema import (
@@ -236,47 +237,56 @@ async def test_describe_carries_every_catalog_fact(datasets: dict[str, str], nam
         + TRUTH_TABLES.replace("AND NOT c.relispartition", "AND c.relispartition"),
     )
     assert relations
-    async with connect(dsn) as client:
-        for rel in relations:
-            schema, table = rel["schema"], rel["name"]
-            regclass = qualified(schema, table)
-            out = DescribeTableOutput.model_validate(
-                await call(client, "describe_table", table_name=table, schema_name=schema)
-            )
-            assert (out.type, out.description) == (KINDS[rel["kind"]], rel["description"])
-            assert out.estimated_row_count == rel["estimate"], regclass
-            check_columns(
-                regclass, out.columns, await fetch(dsn, TRUTH_COLUMNS, regclass, schema, table)
-            )
+    # One connection for the truth (six queries per relation): a connection per query cost
+    # more than the describe calls under test (over 500 for AdventureWorks).
+    truth = await asyncpg.connect(dsn)
+    try:
+        async with connect(dsn) as client:
+            for rel in relations:
+                await _check_described(client, truth, rel)
+    finally:
+        await truth.close()
 
-            constraints = await fetch(dsn, TRUTH_CONSTRAINTS, regclass)
-            assert out.constraints is not None
-            got = {c.name: c for c in out.constraints if c.type != "FOREIGN KEY"}
-            assert set(got) == {c["conname"] for c in constraints}, regclass
-            for c in constraints:
-                mine = got[c["conname"]]
-                assert mine.columns == list(c["cols"]), (regclass, c["conname"])
-                assert (
-                    mine.type
-                    == {"p": "PRIMARY KEY", "u": "UNIQUE", "c": "CHECK", "x": "EXCLUDE"}[c["type"]]
-                )
-                assert mine.definition == (c["definition"] if c["type"] in "cx" else None)
-                if c["type"] == "p":
-                    assert {col.name for col in out.columns if col.is_primary_key} == set(c["cols"])
-            unique = {r["attname"] for r in await fetch(dsn, TRUTH_UNIQUE, regclass)}
-            assert {c.name for c in out.columns if c.is_unique} == unique, regclass
-            check_foreign_keys(regclass, out, await fetch(dsn, TRUTH_FOREIGN_KEYS, regclass))
 
-            indexes = {i["name"]: i for i in await fetch(dsn, TRUTH_INDEXES, regclass)}
-            assert out.indexes is not None
-            assert {i.name for i in out.indexes} == set(indexes), regclass
-            for i in out.indexes:
-                t = indexes[i.name]
-                assert i.columns == list(t["cols"]), i.name
-                assert (i.is_unique, i.is_primary) == (t["indisunique"], t["indisprimary"])
-                assert (i.index_type, i.description) == (t["amname"], t["comment"]), i.name
-                # The definition is left out only when it says nothing the other keys do not.
-                assert i.definition == (None if t["definition"] == t["plain"] else t["definition"])
+async def _check_described(client: Client, truth: asyncpg.Connection, rel: asyncpg.Record) -> None:
+    """describe_table's answer for one relation against the catalog's own."""
+    schema, table = rel["schema"], rel["name"]
+    regclass = qualified(schema, table)
+    out = DescribeTableOutput.model_validate(
+        await call(client, "describe_table", table_name=table, schema_name=schema)
+    )
+    assert (out.type, out.description) == (KINDS[rel["kind"]], rel["description"])
+    assert out.estimated_row_count == rel["estimate"], regclass
+    check_columns(regclass, out.columns, await truth.fetch(TRUTH_COLUMNS, regclass, schema, table))
+
+    constraints = await truth.fetch(TRUTH_CONSTRAINTS, regclass)
+    assert out.constraints is not None
+    got = {c.name: c for c in out.constraints if c.type != "FOREIGN KEY"}
+    assert set(got) == {c["conname"] for c in constraints}, regclass
+    for c in constraints:
+        mine = got[c["conname"]]
+        assert mine.columns == list(c["cols"]), (regclass, c["conname"])
+        assert (
+            mine.type
+            == {"p": "PRIMARY KEY", "u": "UNIQUE", "c": "CHECK", "x": "EXCLUDE"}[c["type"]]
+        )
+        assert mine.definition == (c["definition"] if c["type"] in "cx" else None)
+        if c["type"] == "p":
+            assert {col.name for col in out.columns if col.is_primary_key} == set(c["cols"])
+    unique = {r["attname"] for r in await truth.fetch(TRUTH_UNIQUE, regclass)}
+    assert {c.name for c in out.columns if c.is_unique} == unique, regclass
+    check_foreign_keys(regclass, out, await truth.fetch(TRUTH_FOREIGN_KEYS, regclass))
+
+    indexes = {i["name"]: i for i in await truth.fetch(TRUTH_INDEXES, regclass)}
+    assert out.indexes is not None
+    assert {i.name for i in out.indexes} == set(indexes), regclass
+    for i in out.indexes:
+        t = indexes[i.name]
+        assert i.columns == list(t["cols"]), i.name
+        assert (i.is_unique, i.is_primary) == (t["indisunique"], t["indisprimary"])
+        assert (i.index_type, i.description) == (t["amname"], t["comment"]), i.name
+        # The definition is left out only when it says nothing the other keys do not.
+        assert i.definition == (None if t["definition"] == t["plain"] else t["definition"])
 
 
 async def test_describe_reports_foreign_keys_on_columns(datasets: dict[str, str]) -> None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+from eventually import wait_for
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
 from serverproc import clean_env
@@ -130,7 +131,5 @@ def test_sigterm_stops_the_server_and_its_embedded_database() -> None:
     assert demo, "the demo runs its own PostgreSQL"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    while any(psutil.pid_exists(pid) for pid in demo) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(psutil.pid_exists(pid) for pid in demo), "postgres outlived the server"
+    stopped = wait_for(lambda: not any(psutil.pid_exists(pid) for pid in demo), 15)
+    assert stopped, "postgres outlived the server"

@@ -4,7 +4,6 @@ real loopback HTTP and real stdio."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import select
 import socket
@@ -17,7 +16,7 @@ from typing import Any
 import httpx2 as httpx
 import psutil
 import pytest
-from eventually import wait_for
+from eventually import eventually, wait_for
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, records
@@ -148,14 +147,15 @@ async def test_listen_streams_do_not_take_request_slots(demo_dsn: str) -> None:
                 assert "MCP_MAX_LISTEN_STREAMS" in reply.json()["error"]["message"]
                 assert time.monotonic() - started < 5, "refused at once, not after a wait"
             # A closed stream's place comes back once the server has seen its client go.
-            for _ in range(200):
+
+            async def place_back() -> bool:
                 try:
                     async with client.listen(tools_list_changed=True):
-                        break
+                        return True
                 except MCPError:
-                    await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("a closed stream kept its place")
+                    return False
+
+            await eventually(place_back, what="a closed stream's place back", interval=0.05)
 
 
 def _nested(request_id: int, depth: int) -> bytes:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from eventually import eventually
+
 
 @dataclass
 class Target:
@@ -177,15 +179,14 @@ async def pgbouncer(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+
+        async def listening() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"pgbouncer exited: {proc.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
+            return socket_path.exists()
+
         try:
-            for _ in range(200):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"pgbouncer exited: {proc.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
-                if socket_path.exists():
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise RuntimeError("pgbouncer did not start listening")
+            await eventually(listening, what="pgbouncer listening", seconds=10)
             yield PgBouncer(upstream, directory)
         finally:
             proc.terminate()
