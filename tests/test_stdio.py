@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import asyncpg
 import psutil
+from eventually import eventually
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
-from serverproc import clean_env
+from serverproc import Server, clean_env
 
 ALL_TOOLS = {
     "list_schemas",
@@ -134,3 +136,51 @@ def test_sigterm_stops_the_server_and_its_embedded_database() -> None:
     while any(psutil.pid_exists(pid) for pid in demo) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(psutil.pid_exists(pid) for pid in demo), "postgres outlived the server"
+
+
+def _query(request_id: int | str, sql: str) -> dict[str, object]:
+    call = {"name": "execute_query", "arguments": {"sql": sql}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": call}
+
+
+async def _running(dsn: str, marker: str) -> int:
+    """How many backends are running a statement holding `marker` now (ours aside)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        found: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE state = 'active'"
+            " AND pid <> pg_catalog.pg_backend_pid() AND strpos(query, $1) > 0",
+            marker,
+        )
+        return found
+    finally:
+        await conn.close()
+
+
+async def test_a_request_the_client_cancelled_is_never_answered(
+    demo_dsn: str, tmp_path: Path
+) -> None:
+    """JSON-RPC: no answer to a request its client cancelled, not even the error of ours that
+    requests still unanswered get at the end. (It got one, after the whole grace.)"""
+    marker = "cancelled_by_the_client"
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], clean_env(), tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        server.send(_query(7, f"SELECT pg_sleep(60) AS {marker}"))
+        await eventually(lambda: _running(demo_dsn, marker), what="the query running")
+        cancel = {"requestId": 7, "reason": "the user gave up"}
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+
+        async def stopped() -> bool:
+            return await _running(demo_dsn, marker) == 0
+
+        await eventually(stopped, what="the cancelled query stopping")
+        server.send({"jsonrpc": "2.0", "id": "after", "method": "ping"})
+        assert server.read()["id"] == "after"  # nothing for request 7 before it
+        assert server.proc.stdin is not None and server.proc.stdout is not None
+        server.proc.stdin.close()
+        assert server.proc.wait(20) == 0
+        rest = server.proc.stdout.read()
+        assert rest == b"", f"answered at the end: {rest[:300]!r}"
+    finally:
+        server.close()

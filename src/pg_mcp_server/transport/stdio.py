@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import (
     INVALID_REQUEST,
     ErrorData,
@@ -203,9 +203,20 @@ class _Session:
             bad = envelope.Rejection(INVALID_REQUEST, problem, request_id, request_id is not None)
             self._reject(bad)
             return
-        if request_id is not None:
-            self.pending[_key(request_id)] += 1
-        await inbound.send(SessionMessage(parsed))
+        if request_id is None:
+            await inbound.send(SessionMessage(parsed))
+            return
+        key = _key(request_id)
+        self.pending[key] += 1
+        # The SDK calls this hook when a request settles with no answer (the client cancelled
+        # it): JSON-RPC wants none, so none of ours at the end either, and no grace waited on.
+        settled = ServerMessageMetadata(on_request_unanswered=lambda: self._unanswered(key))
+        await inbound.send(SessionMessage(parsed, metadata=settled))
+
+    async def _unanswered(self, key: tuple[type, int | str]) -> None:
+        if self.pending[key] > 0:
+            self.pending[key] -= 1
+            self.answered.set()
 
     def _too_long(self, scan: Addressee) -> None:
         self._reject(envelope.too_long(self.max_line, *scan.verdict()))
