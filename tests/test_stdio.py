@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
 import asyncpg
 import psutil
-from eventually import eventually
+from eventually import eventually, wait_for
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
 from serverproc import Server, clean_env
@@ -184,3 +189,48 @@ async def test_a_request_the_client_cancelled_is_never_answered(
         assert rest == b"", f"answered at the end: {rest[:300]!r}"
     finally:
         server.close()
+
+
+def test_a_non_blocking_stdout_that_fills_up_only_waits(demo_dsn: str, tmp_path: Path) -> None:
+    """A client may hand the server a pipe in non-blocking mode (the mode belongs to the pipe,
+    shared by both processes). Once it is full, the server waits for the client to read: it
+    stopped instead, losing every answer still to come (also before c2500e0)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with (tmp_path / "stderr.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [EXECUTABLE, "--dsn", demo_dsn], stdin=subprocess.PIPE, stdout=write_end, stderr=log,
+            env=clean_env(),
+        )  # fmt: skip
+    os.close(write_end)
+    assert proc.stdin is not None
+    try:
+        big = "SELECT repeat('x', 1000) AS a FROM generate_series(1, 1500)"  # ~1.5 MB each
+        messages = [INIT.encode()] + [json.dumps(_query(i, big)).encode() + b"\n" for i in (2, 3)]
+        proc.stdin.write(b"".join(messages))
+        proc.stdin.flush()
+        capacity = fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+        assert wait_for(lambda: _queued(read_end) >= capacity, 60), "the pipe never filled"
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":"last","method":"ping"}\n')
+        proc.stdin.flush()
+        answers, data = [], b""
+        while len(answers) < 4:
+            assert select.select([read_end], [], [], 60)[0], "no answer in time"
+            chunk = os.read(read_end, 1 << 20)
+            assert chunk, f"stdout ended after {len(answers)} answers"
+            *lines, data = (data + chunk).split(b"\n")
+            answers += [json.loads(line) for line in lines]
+        assert sorted(str(a["id"]) for a in answers) == ["1", "2", "3", "last"]
+        assert all("result" in a for a in answers), [a for a in answers if "result" not in a]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdin.close()
+        os.close(read_end)
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting in the pipe that `fd` reads."""
+    queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    return queued

@@ -100,11 +100,16 @@ class _Writer:
         # trip (bench/README.md, "Earlier findings"); it stays for large answers and slow readers.
         if not self.pending and not self.broken and len(data) <= _room(self._fd):
             try:
-                os.write(self._fd, data)
+                written = os.write(self._fd, data)
+            except BlockingIOError:  # never expected (there was room): the thread waits
+                written = 0
             except OSError:
                 self.broken = True
                 self._on_broken()
-            return
+                return
+            if written == len(data):
+                return
+            data = data[written:]
         with self._lock:
             self.pending += len(data)
         self._queue.put(data)
@@ -115,6 +120,10 @@ class _Writer:
             while view and not self.broken:
                 try:
                     view = view[os.write(self._fd, view) :]
+                except BlockingIOError:
+                    # The client's pipe is in non-blocking mode (the mode is the pipe's, shared
+                    # with the client): wait for it to read, as a blocking write would.
+                    select.select([], [self._fd], [])
                 except OSError:  # the client closed its end (EPIPE), or the terminal (EIO)
                     self.broken = True
                     self._on_broken()
