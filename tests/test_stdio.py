@@ -13,6 +13,7 @@ import sys
 import termios
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import psutil
@@ -213,7 +214,8 @@ def test_a_non_blocking_stdout_that_fills_up_only_waits(demo_dsn: str, tmp_path:
         assert wait_for(lambda: _queued(read_end) >= capacity, 60), "the pipe never filled"
         proc.stdin.write(b'{"jsonrpc":"2.0","id":"last","method":"ping"}\n')
         proc.stdin.flush()
-        answers, data = [], b""
+        answers: list[dict[str, Any]] = []
+        data = b""
         while len(answers) < 4:
             assert select.select([read_end], [], [], 60)[0], "no answer in time"
             chunk = os.read(read_end, 1 << 20)
