@@ -236,3 +236,38 @@ def _queued(fd: int) -> int:
     """Bytes waiting in the pipe that `fd` reads."""
     queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
     return queued
+
+
+STRAY = """
+import os, sys, threading, time
+
+def _stray() -> None:
+    # Waits until the transport serves (fd 1 then writes where fd 2 does), then prints.
+    while not os.path.samestat(os.fstat(1), os.fstat(2)):
+        time.sleep(0.01)
+    print("stray text from a library")
+    open(os.environ["STRAY_PRINTED"], "w").close()
+
+threading.Thread(target=_stray, daemon=True).start()
+"""
+
+
+def test_what_is_printed_while_serving_never_reaches_stdout(demo_dsn: str, tmp_path: Path) -> None:
+    """A print (a library's, say) while the server serves goes to stderr: fd 1 points there.
+    Python buffers it, though, and flushed it at exit, when fd 1 was the client's again."""
+    (tmp_path / "sitecustomize.py").write_text(STRAY)
+    printed = tmp_path / "printed"
+    env = clean_env(PYTHONPATH=str(tmp_path), STRAY_PRINTED=str(printed))
+    env.pop("PYTHONUNBUFFERED", None)  # as a client starts it: stdout, a pipe, is buffered
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], env, tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        assert wait_for(printed.exists, 30), "the stray print never ran"
+        assert server.proc.stdin is not None and server.proc.stdout is not None
+        server.proc.stdin.close()
+        assert server.proc.wait(20) == 0
+        rest = server.proc.stdout.read()
+        assert rest == b"", f"stdout got {rest[:200]!r}"
+        assert "stray text from a library" in server.stderr_path.read_text()
+    finally:
+        server.close()

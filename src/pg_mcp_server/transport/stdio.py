@@ -29,6 +29,7 @@ import os
 import queue
 import select
 import struct
+import sys
 import termios
 import threading
 from collections import Counter
@@ -314,6 +315,11 @@ class _Wires:
     def restore(self) -> None:
         """The client's descriptors back on fd 0 and 1. (`wire_out` stays open: the writer
         thread may still be writing to it.)"""
+        # What was printed while serving is still in Python's buffer (stdout, a pipe, is
+        # block-buffered): it goes where fd 1 pointed then (stderr), not to the client.
+        if sys.stdout is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
         os.dup2(self.wire_in, 0)
         os.dup2(self.wire_out, 1)
         os.close(self.wire_in)
