@@ -271,3 +271,34 @@ def test_what_is_printed_while_serving_never_reaches_stdout(demo_dsn: str, tmp_p
         assert "stray text from a library" in server.stderr_path.read_text()
     finally:
         server.close()
+
+
+def test_requests_sent_before_a_stop_signal_are_all_answered(demo_dsn: str, tmp_path: Path) -> None:
+    """Requests already in the pipe when SIGINT comes, not read yet: each is answered (at
+    c2500e0 only the first one read was; the rest were never read, so never answered)."""
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], clean_env(), tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        # Stopped, the server reads nothing: the requests and the signal wait for it together.
+        server.proc.send_signal(signal.SIGSTOP)
+        assert wait_for(lambda: psutil.Process(server.proc.pid).status() == "stopped", 10)
+        assert server.proc.stdin is not None and server.proc.stdout is not None
+        # Notifications between them: handing one to the server lets the stop run meanwhile.
+        progress = {"progressToken": "t", "progress": 1}
+        note: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/progress"}
+        note["params"] = progress
+        sent: list[dict[str, Any]] = [
+            {"jsonrpc": "2.0", "id": i, "method": "ping"} for i in range(20)
+        ]
+        sent.insert(12, note)
+        sent.insert(5, note)
+        server.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in sent))
+        server.proc.stdin.flush()
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.send_signal(signal.SIGCONT)
+        assert server.proc.wait(20) == 0
+        out = server.proc.stdout.read()
+        answers = [json.loads(line) for line in out.splitlines()]
+        assert sorted(a["id"] for a in answers) == list(range(20)), answers
+    finally:
+        server.close()

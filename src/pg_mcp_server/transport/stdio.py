@@ -14,8 +14,10 @@ the null device and fd 1 goes to stderr, so children and stray prints never touc
 
 To stop, the server's input stream is closed: it ends the session as if the client had gone.
 Requests still unanswered get a short grace, then an error answer of ours, so every request
-with an id is answered. A line longer than the limit is not kept: it is read through for its
-id (idscan.py), wherever in the line the id is, and answered with -32600.
+with an id is answered; one read after the stop (also one the client sent just before it, still
+in the pipe) gets that answer at once, without being run. One the client cancelled gets none.
+A line longer than the limit is not kept: it is read through for its id (idscan.py), wherever
+in the line the id is, and answered with -32600.
 """
 
 from __future__ import annotations
@@ -154,6 +156,8 @@ class _Session:
         self.reading = anyio.CancelScope()
         self.read_done = anyio.Event()
         self.written = anyio.Event()  # the server's output has ended
+        self.refusing = False  # stopping: requests read from now on are answered, not run
+        self.idle = True  # every line read so far is handled; waiting for more input
 
     # -- client -> server ---------------------------------------------------------------
     async def pump_in(self, inbound: Inbound) -> None:
@@ -170,7 +174,7 @@ class _Session:
         buffer = b""
         # Inside a line longer than max_line: it is not kept, only read for whom to answer.
         too_long: Addressee | None = None
-        async for chunk in _read(self.wire_in):
+        async for chunk in self._chunks():
             if too_long is not None:
                 end = chunk.find(b"\n")
                 too_long.feed(chunk if end < 0 else chunk[:end])
@@ -191,6 +195,12 @@ class _Session:
         elif buffer.strip():
             await self._line(buffer, inbound)
         logger.debug("stdin: end of input")
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in _read(self.wire_in):
+            self.idle = False
+            yield chunk
+            self.idle = True
 
     async def _line(self, line: bytes, inbound: Inbound) -> None:
         if not line.strip():
@@ -215,6 +225,9 @@ class _Session:
             return
         if request_id is None:
             await inbound.send(SessionMessage(parsed))
+            return
+        if self.refusing:
+            self._stopped(request_id)
             return
         key = _key(request_id)
         self.pending[key] += 1
@@ -255,6 +268,13 @@ class _Session:
     def unanswered(self) -> int:
         return sum(self.pending.values())
 
+    async def caught_up(self, timeout: float) -> None:
+        """Read what the client sent before the stop (requests get our error, not run): one
+        waiting in the pipe was never read, so never answered."""
+        with anyio.move_on_after(timeout):
+            while not self.read_done.is_set() and not (self.idle and not _readable(self.wire_in)):
+                await anyio.sleep(0.005)
+
     async def settle(self, timeout: float) -> None:
         """Give requests still running `timeout` seconds to answer."""
         with anyio.move_on_after(timeout):
@@ -265,13 +285,22 @@ class _Session:
     def answer_the_rest(self) -> None:
         for (_, request_id), count in self.pending.items():
             for _ in range(count):
-                error = ErrorData(
-                    code=SHUTDOWN, message="The server stopped before it could answer."
-                )
-                reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
-                line = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                self.writer.put(line + b"\n")
+                self._stopped(request_id)
         self.pending.clear()
+
+    def _stopped(self, request_id: int | str) -> None:
+        error = ErrorData(code=SHUTDOWN, message="The server stopped before it could answer.")
+        reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        line = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        self.writer.put(line + b"\n")
+
+
+def _readable(fd: int) -> bool:
+    """Whether `fd` has input (or its end) to read now."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 async def _read(fd: int) -> AsyncIterator[bytes]:
@@ -345,7 +374,9 @@ async def serve(server: PgMcp, signals: Signals, max_line: int) -> None:
             async def supervise() -> None:
                 await stop.wait()
                 signals.stopping()
+                session.refusing = True
                 await session.settle(GRACE_S)
+                await session.caught_up(GRACE_S)
                 session.reading.cancel()
                 await session.read_done.wait()  # nothing is sent to the server any more
                 await inbound.aclose()  # the server sees the end of input
