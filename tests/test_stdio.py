@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import psutil
-from eventually import wait_for
+from eventually import eventually, wait_for
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
-from serverproc import clean_env
+from serverproc import Server, clean_env
 
 ALL_TOOLS = {
     "list_schemas",
@@ -133,3 +140,163 @@ def test_sigterm_stops_the_server_and_its_embedded_database() -> None:
     assert proc.wait(timeout=30) in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
     stopped = wait_for(lambda: not any(psutil.pid_exists(pid) for pid in demo), 15)
     assert stopped, "postgres outlived the server"
+
+
+def _query(request_id: int | str, sql: str) -> dict[str, object]:
+    call = {"name": "execute_query", "arguments": {"sql": sql}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": call}
+
+
+async def _running(dsn: str, marker: str) -> int:
+    """How many backends are running a statement holding `marker` now (ours aside)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        found: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE state = 'active'"
+            " AND pid <> pg_catalog.pg_backend_pid() AND strpos(query, $1) > 0",
+            marker,
+        )
+        return found
+    finally:
+        await conn.close()
+
+
+async def test_a_request_the_client_cancelled_is_never_answered(
+    demo_dsn: str, tmp_path: Path
+) -> None:
+    """JSON-RPC: no answer to a request its client cancelled, not even the error of ours that
+    requests still unanswered get at the end. (It got one, after the whole grace.)"""
+    marker = "cancelled_by_the_client"
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], clean_env(), tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        server.send(_query(7, f"SELECT pg_sleep(60) AS {marker}"))
+        await eventually(lambda: _running(demo_dsn, marker), what="the query running")
+        cancel = {"requestId": 7, "reason": "the user gave up"}
+        server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+
+        async def stopped() -> bool:
+            return await _running(demo_dsn, marker) == 0
+
+        await eventually(stopped, what="the cancelled query stopping")
+        server.send({"jsonrpc": "2.0", "id": "after", "method": "ping"})
+        assert server.read()["id"] == "after"  # nothing for request 7 before it
+        assert server.proc.stdin is not None and server.proc.stdout is not None
+        server.proc.stdin.close()
+        assert server.proc.wait(20) == 0
+        rest = server.proc.stdout.read()
+        assert rest == b"", f"answered at the end: {rest[:300]!r}"
+    finally:
+        server.close()
+
+
+def test_a_non_blocking_stdout_that_fills_up_only_waits(demo_dsn: str, tmp_path: Path) -> None:
+    """A client may hand the server a pipe in non-blocking mode (the mode belongs to the pipe,
+    shared by both processes). Once it is full, the server waits for the client to read: it
+    stopped instead, losing every answer still to come (also before c2500e0)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with (tmp_path / "stderr.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [EXECUTABLE, "--dsn", demo_dsn], stdin=subprocess.PIPE, stdout=write_end, stderr=log,
+            env=clean_env(),
+        )  # fmt: skip
+    os.close(write_end)
+    assert proc.stdin is not None
+    try:
+        big = "SELECT repeat('x', 1000) AS a FROM generate_series(1, 1500)"  # ~1.5 MB each
+        messages = [INIT.encode()] + [json.dumps(_query(i, big)).encode() + b"\n" for i in (2, 3)]
+        proc.stdin.write(b"".join(messages))
+        proc.stdin.flush()
+        capacity = fcntl.fcntl(read_end, fcntl.F_GETPIPE_SZ)
+        assert wait_for(lambda: _queued(read_end) >= capacity, 60), "the pipe never filled"
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":"last","method":"ping"}\n')
+        proc.stdin.flush()
+        answers: list[dict[str, Any]] = []
+        data = b""
+        while len(answers) < 4:
+            assert select.select([read_end], [], [], 60)[0], "no answer in time"
+            chunk = os.read(read_end, 1 << 20)
+            assert chunk, f"stdout ended after {len(answers)} answers"
+            *lines, data = (data + chunk).split(b"\n")
+            answers += [json.loads(line) for line in lines]
+        assert sorted(str(a["id"]) for a in answers) == ["1", "2", "3", "last"]
+        assert all("result" in a for a in answers), [a for a in answers if "result" not in a]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdin.close()
+        os.close(read_end)
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting in the pipe that `fd` reads."""
+    queued: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    return queued
+
+
+STRAY = """
+import os, sys, threading, time
+
+def _stray() -> None:
+    # Waits until the transport serves (fd 1 then writes where fd 2 does), then prints.
+    while not os.path.samestat(os.fstat(1), os.fstat(2)):
+        time.sleep(0.01)
+    print("stray text from a library")
+    open(os.environ["STRAY_PRINTED"], "w").close()
+
+threading.Thread(target=_stray, daemon=True).start()
+"""
+
+
+def test_what_is_printed_while_serving_never_reaches_stdout(demo_dsn: str, tmp_path: Path) -> None:
+    """A print (a library's, say) while the server serves goes to stderr: fd 1 points there.
+    Python buffers it, though, and flushed it at exit, when fd 1 was the client's again."""
+    (tmp_path / "sitecustomize.py").write_text(STRAY)
+    printed = tmp_path / "printed"
+    env = clean_env(PYTHONPATH=str(tmp_path), STRAY_PRINTED=str(printed))
+    env.pop("PYTHONUNBUFFERED", None)  # as a client starts it: stdout, a pipe, is buffered
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], env, tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        assert wait_for(printed.exists, 30), "the stray print never ran"
+        assert server.proc.stdin is not None and server.proc.stdout is not None
+        server.proc.stdin.close()
+        assert server.proc.wait(20) == 0
+        rest = server.proc.stdout.read()
+        assert rest == b"", f"stdout got {rest[:200]!r}"
+        assert "stray text from a library" in server.stderr_path.read_text()
+    finally:
+        server.close()
+
+
+def test_requests_sent_before_a_stop_signal_are_all_answered(demo_dsn: str, tmp_path: Path) -> None:
+    """Requests already in the pipe when SIGINT comes, not read yet: each is answered (at
+    c2500e0 only the first one read was; the rest were never read, so never answered)."""
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], clean_env(), tmp_path / "stderr.log")
+    try:
+        server.initialize()
+        # Stopped, the server reads nothing: the requests and the signal wait for it together.
+        server.proc.send_signal(signal.SIGSTOP)
+        assert wait_for(lambda: psutil.Process(server.proc.pid).status() == "stopped", 10)
+        assert server.proc.stdin is not None and server.proc.stdout is not None
+        # Notifications between them: handing one to the server lets the stop run meanwhile.
+        progress = {"progressToken": "t", "progress": 1}
+        note: dict[str, Any] = {"jsonrpc": "2.0", "method": "notifications/progress"}
+        note["params"] = progress
+        sent: list[dict[str, Any]] = [
+            {"jsonrpc": "2.0", "id": i, "method": "ping"} for i in range(20)
+        ]
+        sent.insert(12, note)
+        sent.insert(5, note)
+        server.proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in sent))
+        server.proc.stdin.flush()
+        server.proc.send_signal(signal.SIGINT)
+        server.proc.send_signal(signal.SIGCONT)
+        assert server.proc.wait(20) == 0
+        out = server.proc.stdout.read()
+        answers = [json.loads(line) for line in out.splitlines()]
+        assert sorted(a["id"] for a in answers) == list(range(20)), answers
+    finally:
+        server.close()

@@ -14,8 +14,10 @@ the null device and fd 1 goes to stderr, so children and stray prints never touc
 
 To stop, the server's input stream is closed: it ends the session as if the client had gone.
 Requests still unanswered get a short grace, then an error answer of ours, so every request
-with an id is answered. A line longer than the limit is not kept: it is read through for its
-id (idscan.py), wherever in the line the id is, and answered with -32600.
+with an id is answered; one read after the stop (also one the client sent just before it, still
+in the pipe) gets that answer at once, without being run. One the client cancelled gets none.
+A line longer than the limit is not kept: it is read through for its id (idscan.py), wherever
+in the line the id is, and answered with -32600.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import os
 import queue
 import select
 import struct
+import sys
 import termios
 import threading
 from collections import Counter
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.shared.message import SessionMessage
+from mcp.shared.message import ServerMessageMetadata, SessionMessage
 from mcp_types import (
     INVALID_REQUEST,
     ErrorData,
@@ -100,11 +103,16 @@ class _Writer:
         # trip (bench/README.md, "Earlier findings"); it stays for large answers and slow readers.
         if not self.pending and not self.broken and len(data) <= _room(self._fd):
             try:
-                os.write(self._fd, data)
+                written = os.write(self._fd, data)
+            except BlockingIOError:  # never expected (there was room): the thread waits
+                written = 0
             except OSError:
                 self.broken = True
                 self._on_broken()
-            return
+                return
+            if written == len(data):
+                return
+            data = data[written:]
         with self._lock:
             self.pending += len(data)
         self._queue.put(data)
@@ -115,6 +123,10 @@ class _Writer:
             while view and not self.broken:
                 try:
                     view = view[os.write(self._fd, view) :]
+                except BlockingIOError:
+                    # The client's pipe is in non-blocking mode (the mode is the pipe's, shared
+                    # with the client): wait for it to read, as a blocking write would.
+                    select.select([], [self._fd], [])
                 except OSError:  # the client closed its end (EPIPE), or the terminal (EIO)
                     self.broken = True
                     self._on_broken()
@@ -144,6 +156,8 @@ class _Session:
         self.reading = anyio.CancelScope()
         self.read_done = anyio.Event()
         self.written = anyio.Event()  # the server's output has ended
+        self.refusing = False  # stopping: requests read from now on are answered, not run
+        self.idle = True  # every line read so far is handled; waiting for more input
 
     # -- client -> server ---------------------------------------------------------------
     async def pump_in(self, inbound: Inbound) -> None:
@@ -160,7 +174,7 @@ class _Session:
         buffer = b""
         # Inside a line longer than max_line: it is not kept, only read for whom to answer.
         too_long: Addressee | None = None
-        async for chunk in _read(self.wire_in):
+        async for chunk in self._chunks():
             if too_long is not None:
                 end = chunk.find(b"\n")
                 too_long.feed(chunk if end < 0 else chunk[:end])
@@ -181,6 +195,12 @@ class _Session:
         elif buffer.strip():
             await self._line(buffer, inbound)
         logger.debug("stdin: end of input")
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        async for chunk in _read(self.wire_in):
+            self.idle = False
+            yield chunk
+            self.idle = True
 
     async def _line(self, line: bytes, inbound: Inbound) -> None:
         if not line.strip():
@@ -203,9 +223,23 @@ class _Session:
             bad = envelope.Rejection(INVALID_REQUEST, problem, request_id, request_id is not None)
             self._reject(bad)
             return
-        if request_id is not None:
-            self.pending[_key(request_id)] += 1
-        await inbound.send(SessionMessage(parsed))
+        if request_id is None:
+            await inbound.send(SessionMessage(parsed))
+            return
+        if self.refusing:
+            self._stopped(request_id)
+            return
+        key = _key(request_id)
+        self.pending[key] += 1
+        # The SDK calls this hook when a request settles with no answer (the client cancelled
+        # it): JSON-RPC wants none, so none of ours at the end either, and no grace waited on.
+        settled = ServerMessageMetadata(on_request_unanswered=lambda: self._unanswered(key))
+        await inbound.send(SessionMessage(parsed, metadata=settled))
+
+    async def _unanswered(self, key: tuple[type, int | str]) -> None:
+        if self.pending[key] > 0:
+            self.pending[key] -= 1
+            self.answered.set()
 
     def _too_long(self, scan: Addressee) -> None:
         self._reject(envelope.too_long(self.max_line, *scan.verdict()))
@@ -234,6 +268,13 @@ class _Session:
     def unanswered(self) -> int:
         return sum(self.pending.values())
 
+    async def caught_up(self, timeout: float) -> None:
+        """Read what the client sent before the stop (requests get our error, not run): one
+        waiting in the pipe was never read, so never answered."""
+        with anyio.move_on_after(timeout):
+            while not self.read_done.is_set() and not (self.idle and not _readable(self.wire_in)):
+                await anyio.sleep(0.005)
+
     async def settle(self, timeout: float) -> None:
         """Give requests still running `timeout` seconds to answer."""
         with anyio.move_on_after(timeout):
@@ -244,13 +285,22 @@ class _Session:
     def answer_the_rest(self) -> None:
         for (_, request_id), count in self.pending.items():
             for _ in range(count):
-                error = ErrorData(
-                    code=SHUTDOWN, message="The server stopped before it could answer."
-                )
-                reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
-                line = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
-                self.writer.put(line + b"\n")
+                self._stopped(request_id)
         self.pending.clear()
+
+    def _stopped(self, request_id: int | str) -> None:
+        error = ErrorData(code=SHUTDOWN, message="The server stopped before it could answer.")
+        reply = JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        line = reply.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        self.writer.put(line + b"\n")
+
+
+def _readable(fd: int) -> bool:
+    """Whether `fd` has input (or its end) to read now."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 async def _read(fd: int) -> AsyncIterator[bytes]:
@@ -294,6 +344,11 @@ class _Wires:
     def restore(self) -> None:
         """The client's descriptors back on fd 0 and 1. (`wire_out` stays open: the writer
         thread may still be writing to it.)"""
+        # What was printed while serving is still in Python's buffer (stdout, a pipe, is
+        # block-buffered): it goes where fd 1 pointed then (stderr), not to the client.
+        if sys.stdout is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
         os.dup2(self.wire_in, 0)
         os.dup2(self.wire_out, 1)
         os.close(self.wire_in)
@@ -319,7 +374,9 @@ async def serve(server: PgMcp, signals: Signals, max_line: int) -> None:
             async def supervise() -> None:
                 await stop.wait()
                 signals.stopping()
+                session.refusing = True
                 await session.settle(GRACE_S)
+                await session.caught_up(GRACE_S)
                 session.reading.cancel()
                 await session.read_done.wait()  # nothing is sent to the server any more
                 await inbound.aclose()  # the server sees the end of input
