@@ -300,3 +300,27 @@ def test_requests_sent_before_a_stop_signal_are_all_answered(demo_dsn: str, tmp_
         assert sorted(a["id"] for a in answers) == list(range(20)), answers
     finally:
         server.close()
+
+
+def test_a_listen_stream_open_at_a_stop_ends_with_its_result(demo_dsn: str, tmp_path: Path) -> None:
+    """A 2026-07-28 client's subscriptions/listen stream open when the server stops gets its
+    SubscriptionsListenResult (the spec's graceful end), not a -32000 after the grace."""
+    server = Server([EXECUTABLE, "--dsn", demo_dsn], clean_env(), tmp_path / "stderr.log")
+    try:
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        params = {"_meta": meta, "notifications": {"toolsListChanged": True}}
+        server.send(
+            {"jsonrpc": "2.0", "id": "L", "method": "subscriptions/listen", "params": params}
+        )
+        first = server.read()
+        assert first.get("method") == "notifications/subscriptions/acknowledged", first
+        server.proc.send_signal(signal.SIGINT)
+        answer = server.read()
+        assert answer["id"] == "L" and "result" in answer, answer
+        assert server.proc.wait(20) == 0
+    finally:
+        server.close()

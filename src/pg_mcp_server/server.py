@@ -206,6 +206,7 @@ class PgMcp:
         )
         # 2026-07-28 clients hear of list changes on subscriptions/listen streams.
         self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
         # Clients on a stream transport (stdio), by connection, to tell of list changes.
         self._listeners: dict[int, ServerSession] = {}
         self.server: Server[AppContext] = Server(
@@ -223,7 +224,7 @@ class PgMcp:
             on_list_prompts=self._list_prompts,
             on_get_prompt=self._get_prompt,
             on_completion=self._complete,
-            on_subscriptions_listen=ListenHandler(self.bus),
+            on_subscriptions_listen=self.listen,
         )
         self.server.middleware.extend([bounded_errors, self._handshake, self._prompt_arguments])
 
@@ -252,6 +253,11 @@ class PgMcp:
         """For a transport that runs the server itself (stdio)."""
         return self.server.create_initialization_options(self.notifications)
 
+    def stopping(self) -> None:
+        """The server is about to stop: open subscriptions/listen streams end now, each with
+        its `SubscriptionsListenResult` (the spec's graceful end), instead of being cut."""
+        self.listen.close()
+
     def on_hangup(self) -> bool:
         """The SIGHUP hook: True when it reloads the custom definitions (a service with a
         definitions file), False when SIGHUP should end the server (a closed terminal)."""
@@ -276,6 +282,7 @@ class PgMcp:
                 yield app
                 background.cancel_scope.cancel()
         finally:
+            self.stopping()
             if self.custom is not None:
                 await self.custom.stop()
             await app.close()

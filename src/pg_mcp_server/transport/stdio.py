@@ -375,6 +375,7 @@ async def serve(server: PgMcp, signals: Signals, max_line: int) -> None:
                 await stop.wait()
                 signals.stopping()
                 session.refusing = True
+                server.stopping()  # listen streams end with their result, not the grace
                 await session.settle(GRACE_S)
                 await session.caught_up(GRACE_S)
                 session.reading.cancel()
