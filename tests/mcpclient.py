@@ -7,13 +7,16 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from mcp import Client
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.server import build_server
+
+if TYPE_CHECKING:
+    from pgbed import PgServer
 
 
 @asynccontextmanager
@@ -101,6 +104,17 @@ async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
         return rows
     finally:
         await conn.close()
+
+
+@asynccontextmanager
+async def module_database(pg: PgServer, name: str, setup: str) -> AsyncIterator[str]:
+    """A database made with `setup` and dropped afterwards: one a module's tests share."""
+    db = await pg.create_database(name)
+    try:
+        await execute(db.dsn, setup)
+        yield db.dsn
+    finally:
+        await pg.drop_database(db.name)
 
 
 async def execute(dsn: str, script: str) -> None:

@@ -157,3 +157,16 @@ class Server:
             if stream is not None:
                 stream.close()
         self._stderr.close()
+
+
+def http_answers(proc: subprocess.Popen[Any], base: str) -> bool:
+    """Whether the HTTP server `proc` answers /health at `base` yet (for wait_for); it must
+    not have exited meanwhile."""
+    import httpx2 as httpx
+
+    assert proc.poll() is None, "server exited during start-up"
+    try:
+        httpx.get(base + "/health", timeout=2)
+    except httpx.TransportError:  # not listening yet
+        return False
+    return True

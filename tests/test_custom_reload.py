@@ -17,14 +17,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
 import psutil
 import pytest
 from customdefs import write
-from eventually import eventually
+from eventually import eventually, wait_for
 from mcp import Client, StdioServerParameters
 from mcpclient import call, call_error, records
-from serverproc import clean_env
+from serverproc import clean_env, http_answers
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.custom.specs import DefinitionsError
@@ -373,15 +372,8 @@ async def served(
     try:
         base = f"http://127.0.0.1:{port}"
 
-        async def listening() -> bool:
-            assert process.poll() is None, "server exited during start-up"
-            try:
-                httpx.get(base + "/health", timeout=2)
-            except httpx.TransportError:  # not listening yet
-                return False
-            return True
-
-        await eventually(listening, what="the server listening", seconds=60)
+        listening = wait_for(lambda: http_answers(process, base), 60)
+        assert listening, "the server did not listen within 60 s"
         async with Client(base + "/mcp") as client:
             yield client, process.pid
     finally:

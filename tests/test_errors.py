@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from mcp import Client
-from mcpclient import call, call_error, connect, execute, fetch, held_client
+from mcpclient import call, call_error, connect, fetch, held_client, module_database
 from pgbed import PgServer
 
 CANARY = """
@@ -35,12 +35,8 @@ SELECT (SELECT count(*) FROM canary) AS rows,
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def canary_dsn(pg: PgServer) -> AsyncIterator[str]:
     """One database for the module: a test that changed it fails (state() before and after)."""
-    db = await pg.create_database("canary")
-    try:
-        await execute(db.dsn, CANARY)
-        yield db.dsn
-    finally:
-        await pg.drop_database(db.name)
+    async with module_database(pg, "canary", CANARY) as dsn:
+        yield dsn
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -24,7 +24,7 @@ from eventually import eventually, wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpclient import call, call_error, execute, fetch, records
-from serverproc import clean_env
+from serverproc import clean_env, http_answers
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 ACCEPT = "application/json, text/event-stream"
@@ -63,16 +63,8 @@ def serve(dsn: str, *args: str, stderr: Path | None = None, **env: str) -> Itera
     )
     base = f"http://127.0.0.1:{port}"
 
-    def answering() -> bool:
-        assert proc.poll() is None, "server exited during start-up"
-        try:
-            httpx.get(base + "/health", timeout=2)
-        except httpx.TransportError:  # not listening yet
-            return False
-        return True
-
     try:
-        assert wait_for(answering, 30), "the server did not listen within 30 s"
+        assert wait_for(lambda: http_answers(proc, base), 30), "the server did not listen in 30 s"
         yield Running(base, proc)
     finally:
         proc.terminate()

@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from eventually import eventually
 from mcp import Client
-from mcpclient import call, call_error, connect, execute, fetch, held_client
+from mcpclient import call, call_error, connect, execute, fetch, held_client, module_database
 from pgbed import PgServer
 
 from pg_mcp_server.__main__ import preflight
@@ -47,12 +47,8 @@ INSERT INTO accounts VALUES (1, 's3cr3t');
 async def qdsn(pg: PgServer) -> AsyncIterator[str]:
     """One database for the module (80,000 rows to load): the tests here only read it, or
     leave nothing behind (a role they drop); a test that writes gets a database of its own."""
-    db = await pg.create_database("query_tools")
-    try:
-        await execute(db.dsn, SETUP)
-        yield db.dsn
-    finally:
-        await pg.drop_database(db.name)
+    async with module_database(pg, "query_tools", SETUP) as dsn:
+        yield dsn
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

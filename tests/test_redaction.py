@@ -14,7 +14,16 @@ import pytest
 import pytest_asyncio
 from eventually import eventually
 from mcp import Client
-from mcpclient import call, call_error, connect, execute, fetch, held_client, records
+from mcpclient import (
+    call,
+    call_error,
+    connect,
+    execute,
+    fetch,
+    held_client,
+    module_database,
+    records,
+)
 from pgbed import PgServer
 
 SETUP = r"""
@@ -45,12 +54,8 @@ SECRETS = ("hunter2", "srvpw42", "fdwpw42")
 async def rdsn(pg: PgServer) -> AsyncIterator[str]:
     """One database for the module: no test writes to it (the settings test changes a
     server-wide setting and resets it)."""
-    db = await pg.create_database("redaction")
-    try:
-        await execute(db.dsn, SETUP)
-        yield db.dsn
-    finally:
-        await pg.drop_database(db.name)
+    async with module_database(pg, "redaction", SETUP) as dsn:
+        yield dsn
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
