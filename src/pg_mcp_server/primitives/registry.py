@@ -385,8 +385,8 @@ class Registry:
 
 async def _again_if_lost(work: Callable[[], Awaitable[T]]) -> T:
     """`work()`, run once more if a pooled connection turned out dead (a server restart, a
-    terminated backend): it is out of the pool now, and all of this only reads (PgTool does
-    the same for tools)."""
+    terminated backend): it is out of the pool now, and all of this only reads
+    (`Database.run` does the same for a tool's call)."""
     try:
         return await work()
     except ConnectionLostError:

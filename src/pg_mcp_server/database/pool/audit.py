@@ -87,7 +87,8 @@ def refusal(privileged: list[str]) -> str:
 class RoleAudit:
     """One server's audit, run in the background while the server starts to serve: its
     findings go to stderr as soon as they are known, and into the instructions of the
-    `initialize` answers (see middleware.py), which wait for them at most `WAIT_S` seconds."""
+    `initialize` answers (see server.PgMcp._handshake), which wait for them at most `WAIT_S`
+    seconds."""
 
     WAIT_S = 2.0
 
