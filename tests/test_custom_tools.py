@@ -586,3 +586,34 @@ async def test_errors_in_code_come_back_structured(
     async with serve(demo_dsn, tmp_path, text) as client:
         body = await call_error(client, "failing", id=7)
     assert problem in body["error"]["message"]
+
+
+async def test_columns_the_driver_gives_as_numbers_or_lists_fit_the_schema(
+    demo_dsn: str, tmp_path: Path
+) -> None:
+    """The client checks every result against the output schema made from the described
+    columns: a transaction id or an LSN comes as a number, a geometric value or a multirange
+    as a list, bits as their digits; each is declared so (they were all "string")."""
+    text = """
+    tools:
+      - name: odd_types
+        type: sql
+        sql: |
+          SELECT '7'::xid8 AS x8, '0/10'::pg_lsn AS lsn, '(1,2)'::point AS pt,
+                 '((0,0),(1,1))'::box AS bx, '[(0,0),(1,1)]'::path AS open_path,
+                 '((0,0),(1,0),(0,1))'::polygon AS tri, B'101' AS bits,
+                 '{[1,2],[5,6]}'::int4multirange AS spans, NULL::point AS nothing
+    """
+    async with serve(demo_dsn, tmp_path, text) as client:
+        schema = (await tools_by_name(client))["odd_types"].output_schema
+        assert schema is not None
+        cells = schema["properties"]["rows"]["items"]["prefixItems"]
+        assert cells[0]["anyOf"][0] == {"type": "integer"}
+        assert cells[2]["anyOf"][0] == {"type": "array"}
+        (row,) = records(await call(client, "odd_types"))
+        assert row["x8"] == 7 and row["lsn"] == 16
+        assert row["pt"] == [1.0, 2.0] and row["bx"] == [[1.0, 1.0], [0.0, 0.0]]
+        assert row["open_path"] == [[0.0, 0.0], [1.0, 1.0]]
+        assert row["tri"] == [[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]]
+        assert row["bits"] == "101"
+        assert row["spans"] == ["[1,3)", "[5,7)"] and row["nothing"] is None

@@ -73,7 +73,16 @@ def _nullable(*types: str) -> dict[str, Any]:
 
 
 _SCHEMAS: dict[str, dict[str, Any]] = {
-    **{name: _nullable("integer") for name in ("int2", "int4", "int8", "oid")},
+    # The driver decodes transaction ids and LSNs as numbers.
+    **{
+        name: _nullable("integer")
+        for name in ("int2", "int4", "int8", "oid", "xid", "xid8", "cid", "pg_lsn")
+    },
+    # Geometric values come as lists of coordinates (rows/values.from_driver).
+    **{
+        name: _nullable("array")
+        for name in ("point", "lseg", "box", "line", "circle", "path", "polygon")
+    },
     # NaN, the infinities and numerics a float cannot hold exactly come as text
     **{name: _nullable("number", "string") for name in ("float4", "float8", "numeric")},
     "bool": _nullable("boolean"),
@@ -108,7 +117,7 @@ def _json(value: Any) -> str:
 
 def column_schema(column: Column) -> dict[str, Any]:
     typ = column.type
-    if typ.kind == "array":
+    if typ.kind in ("array", "multirange"):
         return _nullable("array")
     if typ.kind == "composite":
         return _nullable("object")

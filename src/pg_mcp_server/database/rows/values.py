@@ -27,9 +27,11 @@ driver's Python value is not PostgreSQL's text: numerics of 16 or 17 significant
 double holds (4/3 as 1.3333333333333333: a number from the driver, a string from PostgreSQL,
 whose cast to float8 and back keeps 15 digits), real (0.1 as 0.10000000149011612), fractions of
 a second (`13:14:15.500000` for `13:14:15.5`), timetz's zone (`+02:00` for `+02`), timestamptz
-ranges (ISO with `T`, unquoted), "char" (base64 of its byte), bit strings and path/polygon (the
-driver's repr), pg_lsn, oid and xid8 (numbers for text), geometric types and multiranges (lists
-for text), hstore (its text for an object). Each side keeps the form it has always given:
+ranges (ISO with `T`, unquoted), "char" (base64 of its byte), bit strings (their digits
+without PostgreSQL's quoting), pg_lsn, oid, xid and xid8 (numbers for text), geometric types
+(lists of coordinates for text; a path's open or closed form is not kept) and multiranges (lists
+for text), hstore (its text for an object). A custom tool's output schema declares each of
+these as the driver gives it (custom/build.py). Each side keeps the form it has always given:
 execute_query's is the one documented (PRD 8.4, README), and a custom tool's callers parse what
 it has given them.
 """
@@ -268,4 +270,8 @@ def from_driver(value: Any) -> Any:
         return {k: from_driver(v) for k, v in value.items()}
     if isinstance(value, asyncpg.Range):
         return _range(value)
+    if isinstance(value, asyncpg.BitString):
+        return value.as_string()
+    if isinstance(value, asyncpg.Path):  # and Polygon: its points (a path's open or
+        return [from_driver(point) for point in value.points]  # closed form is not kept)
     return str(value)
