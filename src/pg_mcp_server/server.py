@@ -11,7 +11,8 @@ answered by the SDK's runner, so the handshake's instructions (with what the rol
 found) and its `listChanged` flags are set in `_handshake`, the way the SDK documents for
 wrapping initialization; `prompts/get` arguments that are not strings are named in our error
 before the SDK's validation refuses them with a bare "Invalid request parameters"; and
-`bounded_errors` keeps the SDK's own JSON-RPC errors from echoing unbounded input.
+`bounded_errors` keeps the SDK's own JSON-RPC errors from echoing unbounded input. The same
+pass over every request keeps a stream connection's session, to tell it of list changes.
 
 `initialize` is answered before the tools, resources and prompts are made: they need the
 whole database layer (SQLAlchemy, pglast, the models), which is most of the start-up's CPU.
@@ -226,7 +227,7 @@ class PgMcp:
             on_completion=self._complete,
             on_subscriptions_listen=self.listen,
         )
-        self.server.middleware.extend([bounded_errors, self._handshake, self._prompt_arguments])
+        self.server.middleware.extend([bounded_errors, self._handshake, self._every_request])
 
     # --- what is served
 
@@ -287,7 +288,7 @@ class PgMcp:
                 await self.custom.stop()
             await app.close()
 
-    # --- handlers: one line each into the registry
+    # --- handlers: one call each into the registry
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         tool = self.registry.tools.get(name)
@@ -296,13 +297,11 @@ class PgMcp:
     async def _list_tools(
         self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        self._listen(ctx)
         return ListToolsResult(tools=self.registry.tool_list())
 
     async def _call_tool(
         self, ctx: ServerRequestContext[AppContext], params: CallToolRequestParams
     ) -> CallToolResult:
-        self._listen(ctx)
         return await self.registry.call_tool(
             params.name, params.arguments or {}, ctx.lifespan_context
         )
@@ -310,37 +309,31 @@ class PgMcp:
     async def _list_resources(
         self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
     ) -> ListResourcesResult:
-        self._listen(ctx)
         return ListResourcesResult(resources=self.registry.resource_list())
 
     async def _list_templates(
         self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
     ) -> ListResourceTemplatesResult:
-        self._listen(ctx)
         return ListResourceTemplatesResult(resource_templates=self.registry.template_list())
 
     async def _read_resource(
         self, ctx: ServerRequestContext[AppContext], params: ReadResourceRequestParams
     ) -> ReadResourceResult:
-        self._listen(ctx)
         return await self.registry.read(str(params.uri), ctx.lifespan_context)
 
     async def _list_prompts(
         self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
     ) -> ListPromptsResult:
-        self._listen(ctx)
         return ListPromptsResult(prompts=self.registry.prompt_list())
 
     async def _get_prompt(
         self, ctx: ServerRequestContext[AppContext], params: GetPromptRequestParams
     ) -> GetPromptResult:
-        self._listen(ctx)
         return await self.registry.get_prompt(params.name, params.arguments, ctx.lifespan_context)
 
     async def _complete(
         self, ctx: ServerRequestContext[AppContext], params: CompleteRequestParams
     ) -> CompleteResult:
-        self._listen(ctx)
         given = (params.context.arguments if params.context else None) or {}
         argument = params.argument
         completion = await self.registry.complete(
@@ -366,9 +359,12 @@ class PgMcp:
             result = {**result, "instructions": instructions(found)}
         return result
 
-    async def _prompt_arguments(
+    async def _every_request(
         self, ctx: ServerRequestContext[AppContext], call_next: CallNext
     ) -> HandlerResult:
+        """The connection kept to tell of list changes; prompts/get arguments checked before
+        the SDK's validation refuses a non-string one without naming it."""
+        self._listen(ctx)
         if ctx.method == "prompts/get":
             self.registry.check_prompt_request(ctx.params)
         return await call_next(ctx)
