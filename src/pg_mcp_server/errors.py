@@ -96,6 +96,14 @@ class PathNotFoundError(PgMcpError):
     default_suggestion = "The tables may not be related through foreign keys."
 
 
+class ResultExpiredError(PgMcpError):
+    """A paged result that is no longer held: expired, evicted, held by another replica, or
+    another caller's (the same answer in every case, so nothing tells that it exists)."""
+
+    code = "RESULT_EXPIRED"
+    default_suggestion = "Run the query again to get a new result and cursor."
+
+
 class InternalError(PgMcpError):
     """An unexpected failure; its message is generic so nothing internal leaks."""
 
