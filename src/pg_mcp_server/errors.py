@@ -111,6 +111,20 @@ class InternalError(PgMcpError):
     default_suggestion = "This is a server bug; the details are in the server's log."
 
 
+def from_detail(detail: dict[str, Any]) -> PgMcpError:
+    """The error a structured error object (`{"code", "message", "suggestion", "context"}`,
+    as a tool answers it) describes, of the class of its code."""
+    classes: list[type[PgMcpError]] = [PgMcpError]
+    for cls in classes:
+        classes.extend(cls.__subclasses__())
+    cls = next((c for c in classes if c.code == detail.get("code")), InternalError)
+    return cls(
+        str(detail.get("message") or "Request failed"),
+        suggestion=detail.get("suggestion"),
+        context=detail.get("context"),
+    )
+
+
 def to_pg_error(exc: Exception, unexpected: str) -> PgMcpError:
     """What `exc` means for the client: itself if it is ours, else INTERNAL_ERROR with the
     generic message `unexpected` (the traceback goes to the log, never to the client)."""
