@@ -34,6 +34,8 @@ FIXED = {
 }
 TEMPLATES = {
     "pg://schemas/{schema}/tables",
+    "pg://schemas/{schema}/erd",
+    "pg://schemas/{schema}/tables/{table}/erd",
     "pg://schemas/{schema}/tables/{table}",
     "pg://schemas/{schema}/tables/{table}/sample",
 }
