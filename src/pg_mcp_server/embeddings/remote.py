@@ -76,6 +76,12 @@ class RemoteEmbedder:
             context={"provider": self.provider, "url": shown_url(self.endpoint), **context},
         )
 
+    def _quoted(self, body: str) -> str:
+        """The start of an error answer, without the key (a gateway may echo the request)."""
+        if self._key is not None and self._key.get_secret_value():
+            body = body.replace(self._key.get_secret_value(), "**********")
+        return body[:_BODY_CHARS]
+
     def _request(self, texts: Sequence[str]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "input": list(texts)}
         if self.provider == "openai":
@@ -120,7 +126,7 @@ class RemoteEmbedder:
                         raise self._error("answered something that is not JSON") from None
                     return self._vectors(answer)
                 failure = self._error(
-                    f"answered HTTP {response.status_code}: {response.text[:_BODY_CHARS]}",
+                    f"answered HTTP {response.status_code}: {self._quoted(response.text)}",
                     status=response.status_code,
                 )
                 retryable = response.status_code == 429 or response.status_code >= 500

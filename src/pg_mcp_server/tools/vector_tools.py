@@ -46,31 +46,22 @@ SIGNIFICANT = 7  # digits kept of an embedding's floats (float32 holds about 7)
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name", "citext", "tsvector"}
 _HIDDEN = {"__vector", "vector_rank", "text_position"}
 
-GENERATE_EMBEDDING = """Turn text into an embedding vector with the server's embedding
-model (the same one similarity_search uses for query_text), to compare texts or to pass as
-similarity_search's query_vector. The answer: `embedding` (floats), its `dimensions`, the
-`model` and `provider`. A provider that is down or answers an error gives EMBEDDING_ERROR.
-Example: generate_embedding(text="waterproof hiking backpack") -> {"embedding": [0.0123,
--0.0871, ...], "dimensions": 256, "model": "wordllama-l2_supercat-256", "provider": "local"}"""
+GENERATE_EMBEDDING = """Turn text into a vector with the server's embedding model (the one
+similarity_search uses for query_text). EMBEDDING_ERROR when the provider fails.
+Example: generate_embedding(text="rain jacket") -> {"embedding": [0.0123, -0.0871, ...],
+"dimensions": 256, "model": "wordllama-l2_supercat-256", "provider": "local"}"""
 
-SIMILARITY_SEARCH = """Find the rows of a table whose pgvector column (vector, halfvec or
-sparsevec) is nearest to a query: `query_text` (embedded with the server's model; its
-dimension must be the column's) or `query_vector`. Ordered by the distance of the column's
-HNSW/IVFFlat index (cosine, L2, inner product or L1: its operator class), so the index is
-used; cosine when it has none. Each row carries `distance` (smaller is nearer; for inner
-product the negative inner product). `columns` picks what to show (default: every
-non-vector column). `filter` is a WHERE condition on the table, with $1, $2 ... bound from
-`filter_params` (it passes the same read-only guard as execute_query). Hybrid: with
-`text_column` (text or tsvector) and `query_text`, the nearest rows and the best full-text
-matches (websearch syntax: words, "a phrase", -word, or) are fused by reciprocal rank
-(score = sum of 1/(60 + position) over the two lists; `score`, `text_rank` per row). MMR:
-`mmr_lambda` in [0, 1] re-ranks the candidates for diversity (1 = relevance only, 0 =
-diversity only; `mmr_score` per row).
+SIMILARITY_SEARCH = """Rows of a table nearest to `query_text` (embedded by the server) or
+`query_vector`, by a pgvector column, ordered by the distance its HNSW/IVFFlat index supports
+(cosine if none); each row has `distance` (smaller is nearer). `columns`: default every
+non-vector column. `filter`: a WHERE condition with $1, $2 ... from `filter_params`, guarded
+like execute_query. Hybrid: `text_column` (text or tsvector) also ranks full-text matches of
+query_text (websearch syntax), fused by reciprocal rank: `score` = sum of 1/(60 + position).
+`mmr_lambda` in [0, 1] re-ranks for diversity (1 = relevance only): `mmr_score`.
 Example: similarity_search(table_name="product_descriptions", column="embedding",
-query_text="something to keep me dry in the rain", limit=3) -> {"columns": [{"name":
-"product_id", ...}, {"name": "description", ...}, {"name": "distance", ...}], "rows": [[8,
-"Classic Umbrella: ...", 0.41], ...], "distance": "cosine", "operator": "<=>", "index":
-"product_descriptions_embedding_idx", "ranking": "vector", ...}"""
+query_text="keeps me dry in the rain", limit=3) -> {"columns": [...], "rows": [[8, "Classic
+Umbrella ...", 0.41], ...], "distance": "cosine", "operator": "<=>", "index": "...",
+"ranking": "vector"}"""
 
 
 def _rounded(values: list[float]) -> list[float]:
@@ -171,44 +162,41 @@ def vector_tools(default_schema: str) -> list[ToolDef]:
 
     async def similarity_search(
         app: AppContext,
-        table_name: Annotated[str, Field(description="Table (or view) to search")],
-        column: Annotated[str, Field(description="Its vector, halfvec or sparsevec column")],
+        table_name: Annotated[str, Field(description="Table to search")],
+        column: Annotated[str, Field(description="Its vector column")],
         query_text: Annotated[
             str | None,
             Field(
                 min_length=1,
                 max_length=MAX_TEXT_CHARS,
-                description="Text to search for (embedded with the server's model)",
+                description="Text to search for",
             ),
         ] = None,
         query_vector: Annotated[
             list[float] | None,
-            Field(min_length=1, description="A vector to search for, instead of query_text"),
+            Field(min_length=1, description="Vector to search for"),
         ] = None,
         schema_name: Annotated[str, Field(description="Schema of the table")] = default_schema,
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="Rows to return")] = 10,
         columns: Annotated[
             list[str] | None,
-            Field(description="Columns to return (default: every non-vector column)"),
+            Field(description="Columns to return"),
         ] = None,
         filter: Annotated[
             str | None,
-            Field(
-                description="WHERE condition on the table's columns, e.g. "
-                '"category = $1 AND unit_price < $2"'
-            ),
+            Field(description='WHERE condition, e.g. "category = $1"'),
         ] = None,
         filter_params: Annotated[
             list[Any] | None,
-            Field(description="Values of the filter's $1, $2, ... in order"),
+            Field(description="Values of the filter's $n"),
         ] = None,
         text_column: Annotated[
             str | None,
-            Field(description="Text or tsvector column for hybrid full-text ranking"),
+            Field(description="Column for hybrid full-text ranking"),
         ] = None,
         mmr_lambda: Annotated[
             float | None,
-            Field(ge=0, le=1, description="Re-rank for diversity (1 = relevance only)"),
+            Field(ge=0, le=1, description="MMR diversity re-ranking"),
         ] = None,
     ) -> Annotated[CallToolResult, SimilaritySearchOutput]:
         if (query_text is None) == (query_vector is None):
