@@ -268,10 +268,10 @@ def vector_tools(default_schema: str) -> list[ToolDef]:
         )
         sql = search.sql()
         started = time.perf_counter()
+        # Hybrid: the union of the two lists, up to twice the candidates.
+        rows_read = (2 if document is not None else 1) * (candidates if reranked else limit)
         result = await app.db.run(
-            lambda conn: app.reader.query(
-                conn, sql, params, limit=candidates if reranked else limit
-            ),
+            lambda conn: app.reader.query(conn, sql, params, limit=rows_read),
             explicit=True,
             prelude=lambda: app.guard.prelude(sql),
         )
