@@ -25,7 +25,7 @@ _models: dict[int, Any] = {}
 
 
 def _load(dims: int) -> Any:
-    """The model, loaded once per process (about 0.3 s and 16 MB of weights)."""
+    """The model, loaded once per process (0.3 to 1 s, 16 MB of weights)."""
     with _lock:
         model = _models.get(dims)
         if model is None:
