@@ -31,7 +31,7 @@ from mcpclient import call, call_error, connect, fetch, module_database
 from pgbed import PgServer
 
 from pg_mcp_server.config import ServerSettings
-from pg_mcp_server.database.vectors import Search, table_vectors, vector_literal
+from pg_mcp_server.database.vectors import Search, schema_vectors, table_vectors, vector_literal
 from pg_mcp_server.demo import load_demo
 from pg_mcp_server.demo.vectors import descriptions, load_vectors, vectors_sql
 from pg_mcp_server.embeddings import EmbeddingError
@@ -420,6 +420,73 @@ async def test_bad_requests_are_structured_errors(vec_dsn: str, api: FakeApi) ->
         api.script = [(200, {}, answer("openai", [[0.5] * 8]))]
         short = await error(table_name="docs", column="emb", query_text="zebra")
         assert short["code"] == "PARAMETER_ERROR" and "8 dimensions" in short["message"]
+
+
+async def test_pgvector_operators_pass_the_guard(vec_dsn: str) -> None:
+    """pgvector's IVFFlat support functions are VOLATILE and take `internal`: only the index
+    access method calls them, so the guard does not hold them against the operator."""
+    sql = "SELECT id FROM docs ORDER BY l2 <-> $1 LIMIT 3"
+    async with connect(vec_dsn) as client:
+        out = await call(client, "execute_query", sql=sql, params=[vector_literal(QUERY, "x")])
+    distances = np.linalg.norm(f32(L2) - f32(np.array(QUERY)), axis=1)
+    assert [r[0] for r in out["rows"]] == nearest(distances, 3)
+
+
+async def test_discovery_of_vector_columns(vec_dsn: str) -> None:
+    """What describe_table, list_tables and search_tables can show of vector columns."""
+    conn = await asyncpg.connect(vec_dsn)
+    try:
+        found = await schema_vectors(conn, "public")
+    finally:
+        await conn.close()
+    shown = {t: [c.describe() for c in cols] for t, cols in found.items()}
+    assert shown == {
+        "big": [
+            {
+                "name": "emb",
+                "type": "vector(32)",
+                "dimensions": 32,
+                "indexes": [
+                    {
+                        "name": "big_emb_idx",
+                        "method": "hnsw",
+                        "opclass": "vector_cosine_ops",
+                        "distance": "cosine",
+                        "operator": "<=>",
+                    }
+                ],
+                "search_distance": "cosine",
+                "search_operator": "<=>",
+            }
+        ],
+        "docs": [
+            {
+                "name": "emb",
+                "type": "vector(16)",
+                "dimensions": 16,
+                "indexes": [],
+                "search_distance": "cosine",
+                "search_operator": "<=>",
+                "note": "no vector index: searches scan the table (cosine distance)",
+            },
+            {
+                "name": "l2",
+                "type": "vector(16)",
+                "dimensions": 16,
+                "indexes": [
+                    {
+                        "name": "docs_l2_idx",
+                        "method": "ivfflat",
+                        "opclass": "vector_l2_ops",
+                        "distance": "l2",
+                        "operator": "<->",
+                    }
+                ],
+                "search_distance": "l2",
+                "search_operator": "<->",
+            },
+        ],
+    }
 
 
 # --- the providers ---------------------------------------------------------------------
