@@ -73,6 +73,8 @@ INSERT INTO big SELECT i, (SELECT array_agg(sin(i * 12.9898 + j * 78.233))
                              FROM generate_series(1, 32) AS j)::vector
   FROM generate_series(1, 2000) AS i;
 CREATE INDEX big_emb_idx ON big USING hnsw (emb vector_cosine_ops);
+CREATE SCHEMA seen;
+CREATE VIEW seen.docs AS SELECT id, body, emb FROM public.docs;
 ANALYZE;
 """
 
@@ -409,6 +411,13 @@ async def test_bad_requests_are_structured_errors(vec_dsn: str, api: FakeApi) ->
 
         both = await error(table_name="docs", column="emb", query_vector=QUERY, query_text="x")
         assert both["code"] == "PARAMETER_ERROR"
+
+        # a view: searched like a table, but its rows have no ctid for hybrid fusion
+        view = {"table_name": "docs", "schema_name": "seen", "column": "emb"}
+        out = await call(client, "similarity_search", **view, query_vector=QUERY, limit=3)
+        assert column(out, "id") == nearest(cosine_distances(VECTORS, QUERY), 3)
+        hybrid = await error(**view, query_text="zebra", text_column="body")
+        assert hybrid["code"] == "PARAMETER_ERROR" and "needs a table" in hybrid["message"]
 
         api.script = [(500, {}, {"error": {"message": "model overloaded"}})]
         down = await error(table_name="docs", column="emb", query_text="zebra")

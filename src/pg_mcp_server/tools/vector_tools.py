@@ -231,6 +231,12 @@ def vector_tools(default_schema: str) -> list[ToolDef]:
                     suggestion="Name a text, varchar or tsvector column for full-text ranking.",
                     context={"column": text_column, "type": document.type},
                 )
+        if document is not None and table.kind not in ("r", "p", "m"):
+            raise ParameterError(
+                f"Hybrid search needs a table: '{table_name}' is a view or foreign table, "
+                "whose rows have no ctid to fuse the two rankings on",
+                suggestion="Search the table the view reads, or leave text_column out.",
+            )
         if mmr_lambda is not None and vector_column.type_name == "sparsevec":
             raise ParameterError(
                 "MMR re-ranking needs dense vectors; the column is sparsevec",
@@ -287,7 +293,14 @@ def vector_tools(default_schema: str) -> list[ToolDef]:
             extra["score"] = [round(s, 8) for s, _ in scored]
             ranking = "hybrid (reciprocal rank fusion, k=60)"
         if mmr_lambda is not None:
-            vectors = [parse_vector(r[names.index("__vector")]) for r in rows]
+            try:
+                vectors = [parse_vector(r[names.index("__vector")]) for r in rows]
+            except (ValueError, TypeError):
+                raise ParameterError(
+                    f"MMR needs the candidates' vectors, and column '{column}' is redacted "
+                    "(its name matches MCP_SENSITIVE_COLUMN_PATTERN)",
+                    suggestion="Leave mmr_lambda out.",
+                ) from None
             picked = mmr(vector, vectors, mmr_lambda, limit)
             rows = [rows[i] for i, _ in picked]
             for key, values in list(extra.items()):
