@@ -228,6 +228,16 @@ class ServerSettings(BaseSettings):
         ge=1024,
         description="Most bytes of row JSON execute_query returns; further rows are cut",
     )
+    answer_budget_bytes: int = Field(
+        default=80_000,
+        ge=4096,
+        description="Most bytes of a tool's text answer (TEMP: lead's copy lands on main)",
+    )
+    max_value_chars: int = Field(
+        default=500,
+        ge=20,
+        description="Longer text/bytea/json/array values are cut (TEMP: lead's copy on main)",
+    )
     trusted_roles: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description=(
