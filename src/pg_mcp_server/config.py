@@ -231,12 +231,35 @@ class ServerSettings(BaseSettings):
     answer_budget_bytes: int = Field(
         default=80_000,
         ge=4096,
-        description="Most bytes of a tool's text answer (TEMP: lead's copy lands on main)",
+        description=(
+            "Most bytes of a tool's text answer (about 20k tokens, under the 25k a client "
+            "such as Claude Code accepts); what does not fit is paged"
+        ),
     )
     max_value_chars: int = Field(
         default=500,
-        ge=20,
-        description="Longer text/bytea/json/array values are cut (TEMP: lead's copy on main)",
+        ge=16,
+        description="Longer text, bytea, json or array values are cut, with a marker",
+    )
+    result_store: str = Field(
+        default="memory",
+        description=(
+            "Where paged results are held: memory (this process) or a redis:// or "
+            "rediss:// URL (Redis or Valkey, shared by replicas)"
+        ),
+    )
+    result_store_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Most bytes of paged results held at once (least recently read go first)",
+    )
+    result_store_count: int = Field(
+        default=200, ge=1, description="Most paged results held at once"
+    )
+    result_idle_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="A paged result not read for this long expires (RESULT_EXPIRED)",
     )
     trusted_roles: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
