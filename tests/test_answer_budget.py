@@ -56,6 +56,17 @@ ORDER BY n.nspname, c.relname
 """
 
 
+def resource_kind(uri: str) -> str:
+    """A resource's template, by its URI: pg://schemas/{schema}/tables/{table}/sample."""
+    parts = uri.removeprefix("pg://").split("/")
+    if parts[0] != "schemas" or len(parts) == 1:
+        return uri
+    names = ["{schema}", "{table}"]
+    return "pg://" + "/".join(
+        names.pop(0) if i in (1, 3) and names else p for i, p in enumerate(parts)
+    )
+
+
 @dataclass
 class Sizes:
     """The largest answer of each tool, and every answer over the budget."""
@@ -188,17 +199,22 @@ async def test_explain_fits_the_budget(bed: Bed, request: pytest.FixtureRequest)
 async def test_resources_and_prompts_fit_the_budget(
     bed: Bed, request: pytest.FixtureRequest
 ) -> None:
-    """Every fixed resource, the templates on the widest and longest tables, every prompt."""
+    """Every fixed resource, the schema templates on every schema, the table templates on the
+    widest, longest and most connected tables (each read as a resource and through the
+    read_resource tool), every prompt."""
     sizes = Sizes()
     uris = [str(r.uri) for r in (await bed.client.list_resources()).resources]
     for t in bed.tables:
         uris.append(f"pg://schemas/{t['schema']}/tables")
-    for t in bed.top("width", 3) + bed.top("row_bytes", 3, "rpm"):
-        uris.append(f"pg://schemas/{t['schema']}/tables/{t['name']}")
-        uris.append(f"pg://schemas/{t['schema']}/tables/{t['name']}/sample")
+        uris.append(f"pg://schemas/{t['schema']}/erd")
+    for t in bed.top("width", 3) + bed.top("row_bytes", 3, "rpm") + bed.top("degree", 3):
+        for tail in ("", "/sample", "/erd"):
+            uris.append(f"pg://schemas/{t['schema']}/tables/{t['name']}{tail}")
     for uri in dict.fromkeys(uris):
         result = await bed.client.read_resource(uri, cache_mode="bypass")
-        sizes.add("resource " + uri.split("/")[2], uri, result.contents[0].text)  # type: ignore[union-attr]
+        kind = resource_kind(uri)
+        sizes.add("resource " + kind, uri, result.contents[0].text)  # type: ignore[union-attr]
+        sizes.add("read_resource", uri, await text_of(bed.client, "read_resource", {"uri": uri}))
     hub = bed.top("degree", 1, "rp")[0]
     prompts = {
         "explore-database": {"schema": hub["schema"]},
@@ -463,3 +479,14 @@ async def test_sample_rows_keep_to_the_budget(hard_dsn: str) -> None:
         f"{out['row_count']} of 100 rows fit the {BUDGET}-byte answer budget: ask for fewer "
         "rows or columns"
     )
+
+
+async def test_schema_resources_of_600_tables(hard_dsn: str) -> None:
+    """The schema's resources: its tables (list_tables' first page, within the budget) and
+    its diagram."""
+    async with connect(hard_dsn) as client:
+        sizes = Sizes()
+        for uri in ("pg://schemas/many/tables", "pg://schemas/many/erd"):
+            result = await client.read_resource(uri, cache_mode="bypass")
+            sizes.add(resource_kind(uri), uri, result.contents[0].text)  # type: ignore[union-attr]
+    check(sizes, "hard")
