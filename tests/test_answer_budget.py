@@ -425,6 +425,10 @@ async def test_get_foreign_keys_pages_600_incoming_keys(hard_dsn: str) -> None:
     assert len(answers) > 1 and all(a["incoming_count"] == 600 for a in answers)
 
 
+def b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
 async def test_a_cursor_is_checked(hard_dsn: str) -> None:
     async with connect(hard_dsn) as client:
         first = await call(client, "list_tables", schema_name="many")
@@ -432,6 +436,9 @@ async def test_a_cursor_is_checked(hard_dsn: str) -> None:
         for tool, arguments, says in [
             ("list_tables", {"schema_name": "many", "cursor": "not a cursor"}, "not one this"),
             ("list_tables", {"schema_name": "many", "cursor": cursor[:-7]}, "not one this"),
+            ("list_tables", {"schema_name": "many", "cursor": b64("[" * 100_000)}, "not one this"),
+            ("list_tables", {"schema_name": "many", "cursor": b64('{"t": 1}')}, "not one this"),
+            ("list_tables", {"schema_name": "many", "cursor": "x" * 5000}, "not one this"),
             ("describe_table", {"table_name": "hub", "cursor": cursor}, "continues list_tables"),
             ("list_tables", {"schema_name": "public", "cursor": cursor}, "other arguments"),
             ("list_tables", {"schema_name": "many", "cursor": cursor, "offset": 3}, "not both"),

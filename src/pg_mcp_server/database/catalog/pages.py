@@ -31,6 +31,8 @@ from pg_mcp_server.errors import ParameterError
 
 # Bytes kept free for what is added after the items are counted: next_cursor and the note.
 RESERVE = 700
+# Longer than any cursor we make (about 150 characters): not worth decoding.
+MAX_CURSOR = 1000
 
 _START_OVER = "or call without cursor to start from the first page"
 
@@ -65,6 +67,8 @@ def decode(cursor: str, tool: str, arguments: dict[str, Any]) -> Cursor:
     """The cursor `tool` was given for `arguments`, checked: PARAMETER_ERROR when it is not
     one this server made, or was made by another tool or for other arguments."""
     try:
+        if len(cursor) > MAX_CURSOR:
+            raise ValueError(cursor)
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         body = json.loads(raw)
         made_by, made_for = body["t"], body["a"]
@@ -73,7 +77,7 @@ def decode(cursor: str, tool: str, arguments: dict[str, Any]) -> Cursor:
             isinstance(offset, int) and offset >= 0 and isinstance(listing, str)
         ) or not isinstance(made_by, str):
             raise ValueError(cursor)
-    except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, KeyError, RecursionError):
         raise ParameterError(
             "The cursor is not one this server made",
             suggestion=f"Pass next_cursor exactly as the last answer gave it, {_START_OVER}.",
