@@ -497,3 +497,34 @@ async def test_schema_resources_of_600_tables(hard_dsn: str) -> None:
             result = await client.read_resource(uri, cache_mode="bypass")
             sizes.add(resource_kind(uri), uri, result.contents[0].text)  # type: ignore[union-attr]
     check(sizes, "hard")
+
+
+async def test_budget_follows_the_setting_and_describe_pages_say_when_columns_changed(
+    hard_dsn: str,
+) -> None:
+    """With MCP_ANSWER_BUDGET_BYTES at 8,000, a 60-column table takes several pages; a column
+    dropped between two of them is said in the next page's note."""
+    columns = ", ".join(f"col_{c} text" for c in range(1, 61))
+    comments = "; ".join(
+        f"COMMENT ON COLUMN shifting.col_{c} IS '{'what this column holds ' * 5}'"
+        for c in range(1, 61)
+    )
+    await execute(hard_dsn, f"CREATE TABLE shifting ({columns}); {comments}")
+    try:
+        async with connect(hard_dsn, answer_budget_bytes=8000) as client:
+            first = await client.call_tool("describe_table", {"table_name": "shifting"})
+            text = first.content[0].text  # type: ignore[union-attr]
+            out = json.loads(text)
+            assert len(text.encode()) <= 8000 and out["next_cursor"]
+            shown = len(out["columns"])
+            assert out["note"] == (
+                f"columns 1-{shown} of 60; {60 - shown} more: call again with cursor=next_cursor"
+            )
+            await execute(hard_dsn, "ALTER TABLE shifting DROP COLUMN col_1")
+            second = await call(
+                client, "describe_table", table_name="shifting", cursor=out["next_cursor"]
+            )
+        assert second["note"].startswith("the columns changed since the cursor was made")
+        assert second["columns"][0]["name"] == f"col_{shown + 2}"  # one skipped, and said
+    finally:
+        await execute(hard_dsn, "DROP TABLE shifting")
