@@ -185,6 +185,7 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("execute_query", {"sql": "SELECT nosuch FROM public.orders"}),  # the column hint
     ("explain_query", {"sql": "SELECT v FROM public.big"}),
     ("explain_query", {"sql": f"SELECT v FROM public.big WHERE v {GT} 3", "analyze": True}),
+    ("read_resource", {"uri": "pg://schemas/public/tables/orders"}),
     # No pgvector here: the catalog read and its error (test_vectors.py covers the search).
     ("similarity_search", {"table_name": "orders", "column": "mood", "query_vector": [1.0]}),
     ("generate_embedding", {"text": "orders"}),
@@ -240,7 +241,10 @@ async def sweep(client: Client) -> dict[str, Any]:
         try:
             read = await client.read_resource(uri, cache_mode="bypass")
             text = read.contents[0].text  # type: ignore[union-attr]
-            out[uri] = "ok" if uri in _VOLATILE_RESOURCES else _stable(json.loads(text))
+            if read.contents[0].mime_type != "application/json":  # a diagram
+                out[uri] = text
+            else:
+                out[uri] = "ok" if uri in _VOLATILE_RESOURCES else _stable(json.loads(text))
         except MCPError as exc:
             out[uri] = f"error: {exc.error.message} {exc.error.data}"
     for name, arguments in PROMPTS:
