@@ -10,7 +10,7 @@ files there, and `disable_download=True` makes a missing file an error instead o
 from __future__ import annotations
 
 import asyncio
-import threading
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,33 +20,27 @@ from pg_mcp_server.embeddings import EmbeddingError, checked
 MODEL = "wordllama-l2_supercat-256"
 DIMS = (64, 128, 256)  # the shipped weights' 256, or a leading slice (Matryoshka-trained)
 
-_lock = threading.Lock()
-_models: dict[int, Any] = {}
 
-
+@functools.cache
 def _load(dims: int) -> Any:
-    """The model, loaded once per process (0.3 to 1 s, 16 MB of weights)."""
-    with _lock:
-        model = _models.get(dims)
-        if model is None:
-            try:
-                import wordllama
-            except ImportError:
-                raise EmbeddingError(
-                    "The local embedding model is not installed",
-                    suggestion=(
-                        "Install the vectors extra (pip install 'postgres-mcp-layered[vectors]'), "
-                        "or set MCP_EMBEDDING_PROVIDER to openai or ollama."
-                    ),
-                    context={"provider": "local"},
-                ) from None
-            model = wordllama.WordLlama.load(
-                cache_dir=Path(wordllama.__file__).parent,
-                disable_download=True,
-                trunc_dim=None if dims == 256 else dims,
-            )
-            _models[dims] = model
-        return model
+    """The model, loaded once per process (0.3 to 1 s, 16 MB of read-only weights, shared by
+    every server in it); two first calls at once may both load it, harmlessly."""
+    try:
+        import wordllama
+    except ImportError:
+        raise EmbeddingError(
+            "The local embedding model is not installed",
+            suggestion=(
+                "Install the vectors extra (pip install 'postgres-mcp-layered[vectors]'), "
+                "or set MCP_EMBEDDING_PROVIDER to openai or ollama."
+            ),
+            context={"provider": "local"},
+        ) from None
+    return wordllama.WordLlama.load(
+        cache_dir=Path(wordllama.__file__).parent,
+        disable_download=True,
+        trunc_dim=None if dims == 256 else dims,
+    )
 
 
 class LocalEmbedder:
