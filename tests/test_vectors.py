@@ -412,6 +412,10 @@ async def test_bad_requests_are_structured_errors(vec_dsn: str, api: FakeApi) ->
         both = await error(table_name="docs", column="emb", query_vector=QUERY, query_text="x")
         assert both["code"] == "PARAMETER_ERROR"
 
+        # $1 would be the query vector itself: the filter's $n are filter_params' only
+        stray = await error(table_name="docs", column="emb", query_vector=QUERY, filter="id = $1")
+        assert stray["code"] == "PARAMETER_ERROR" and "$1" in stray["message"]
+
         # a view: searched like a table, but its rows have no ctid for hybrid fusion
         view = {"table_name": "docs", "schema_name": "seen", "column": "emb"}
         out = await call(client, "similarity_search", **view, query_vector=QUERY, limit=3)

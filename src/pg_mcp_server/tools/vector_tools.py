@@ -20,6 +20,7 @@ from pydantic import Field
 from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.guard import quote_ident
+from pg_mcp_server.database.sql import parse, walk
 from pg_mcp_server.database.vectors import (
     Column,
     Search,
@@ -138,6 +139,19 @@ def _query_vector(given: list[float], column: Column, source: str) -> list[float
     return [float(v) for v in given]
 
 
+def _filter_params(condition: str, given: int) -> None:
+    """The filter's $n must be filter_params': ours (the query vector, the words) follow
+    them, and a filter that named one would compare with the query by accident."""
+    tree = parse(f"SELECT 1 WHERE {condition}")
+    used = {v["number"] for k, v in walk(tree) if k == "ParamRef" and "number" in v}
+    if used and max(used) > given:
+        raise ParameterError(
+            f"The filter uses ${max(used)} but filter_params has {given} value(s)",
+            suggestion="Pass one value in filter_params for each $n the filter uses.",
+            context={"parameters_used": sorted(used), "filter_params": given},
+        )
+
+
 def vector_tools(default_schema: str) -> list[ToolDef]:
     async def generate_embedding(
         app: AppContext,
@@ -254,6 +268,7 @@ def vector_tools(default_schema: str) -> list[ToolDef]:
         condition = None
         if filter is not None and filter.strip():
             condition = app.guard.where_clause(filter, frm)
+            _filter_params(condition, len(filter_params or []))
         params = [*(filter_params or []), vector_literal(vector, vector_column.type_name)]
         if document is not None:
             params.append(query_text)
