@@ -186,6 +186,9 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("explain_query", {"sql": "SELECT v FROM public.big"}),
     ("explain_query", {"sql": f"SELECT v FROM public.big WHERE v {GT} 3", "analyze": True}),
     ("read_resource", {"uri": "pg://schemas/public/tables/orders"}),
+    # No pgvector here: the catalog read and its error (test_vectors.py covers the search).
+    ("similarity_search", {"table_name": "orders", "column": "mood", "query_vector": [1.0]}),
+    ("generate_embedding", {"text": "orders"}),
 ]
 # The calls meant to fail (the closest names, the column hint): every other one must answer.
 EXPECTED_ERRORS = {
@@ -193,6 +196,7 @@ EXPECTED_ERRORS = {
     'describe_table {"table_name": "ordrs"}',
     'find_join_path {"from_table": "customers", "to_table": "nowhere"}',
     'execute_query {"sql": "SELECT nosuch FROM public.orders"}',
+    'similarity_search {"table_name": "orders", "column": "mood", "query_vector": [1.0]}',
 }
 PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("explore-database", {"schema": "public"}),
