@@ -33,6 +33,8 @@ ALL_TOOLS = {
     "execute_query",
     "explain_query",
     "read_resource",
+    "analyze_db_health",
+    "get_top_queries",
 }
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 

@@ -104,12 +104,13 @@ pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps.
 
 
 def builtin_tools(settings: Settings) -> list[ToolDef]:
+    from pg_mcp_server.tools.health_tools import health_tools
     from pg_mcp_server.tools.query_tools import query_tools
     from pg_mcp_server.tools.relationship_tools import relationship_tools
     from pg_mcp_server.tools.schema_tools import schema_tools
 
     schema = settings.database.default_schema
-    return [*schema_tools(schema), *relationship_tools(schema), *query_tools()]
+    return [*schema_tools(schema), *relationship_tools(schema), *query_tools(), *health_tools()]
 
 
 def make_registry(
