@@ -40,6 +40,10 @@ CREATE TABLE child (parent_id int);
 INSERT INTO child VALUES (1);
 ALTER TABLE child ADD CONSTRAINT child_parent_fkey FOREIGN KEY (parent_id) REFERENCES parent
     NOT VALID;
+CREATE TABLE events (at date) PARTITION BY RANGE (at);
+CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+CREATE INDEX events_at ON events (at);
+CREATE INDEX events_2026_local ON events_2026 (at);
 """
 
 # The problems planted in SETUP and by the tests, by check.
@@ -59,7 +63,7 @@ PLANTED = {
 
 DEAD = """SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relname = 'orders'"""
 PAGES = """SELECT relname, relpages::int8 * current_setting('block_size')::int8 AS bytes
-           FROM pg_class WHERE relname ~ '^(orders|emails)'"""
+           FROM pg_class WHERE relname ~ '^(orders|emails|events)'"""
 
 
 async def _until_gone(dsn: str, pid: int) -> bool:
@@ -114,10 +118,15 @@ async def test_every_check_runs_and_reports_the_planted_index_and_table_problems
     assert invalid["fix"] == 'DROP INDEX CONCURRENTLY "public"."emails_address";'
 
     duplicate = by_check(out, "duplicate_indexes")
-    assert set(duplicate) == {"public.orders_customer_again"}
+    assert set(duplicate) == {"public.orders_customer_again", "public.events_2026_local"}
     numbers = duplicate["public.orders_customer_again"]["numbers"]
     assert numbers["duplicate_of"] == "orders_customer"
     assert numbers["size_bytes"] == pages["orders_customer_again"]
+    # Of a partition's own index and one attached to a partitioned index, the attached one
+    # (which cannot be dropped alone) is kept.
+    local = duplicate["public.events_2026_local"]
+    assert local["numbers"]["duplicate_of"] == "events_2026_at_idx"
+    assert local["fix"] == 'DROP INDEX CONCURRENTLY "public"."events_2026_local";'
 
     redundant = by_check(out, "redundant_indexes")
     assert set(redundant) == {"public.orders_customer", "public.orders_customer_again"}
@@ -129,7 +138,11 @@ async def test_every_check_runs_and_reports_the_planted_index_and_table_problems
         "public.orders_customer_again",
         "public.orders_customer_status",
         "public.orders_status",
+        "public.events_2026_at_idx",
+        "public.events_2026_local",
     }
+    attached = unused["public.events_2026_at_idx"]
+    assert attached["numbers"]["part_of"] == "events_at" and "fix" not in attached
     status_index = unused["public.orders_status"]
     assert status_index["numbers"]["scans"] == 0
     assert status_index["numbers"]["size_bytes"] == pages["orders_status"]

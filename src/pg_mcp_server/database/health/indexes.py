@@ -7,6 +7,8 @@ must not queue behind the very lock chain it should report. Nothing here scans a
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 
 from pg_mcp_server.database.guard import quote_ident
@@ -29,7 +31,7 @@ INVALID = statement(
     "health.indexes.INVALID",
     f"""
 SELECT n.nspname AS schema, c.relname AS name, t.relname AS table_name,
-       c.relpages::int8 * {_BLOCK} AS size_bytes,
+       c.relpages::int8 * {_BLOCK} AS size_bytes, c.relkind = 'I' AS partitioned,
        EXISTS (SELECT FROM pg_catalog.pg_stat_progress_create_index p
                WHERE p.index_relid = c.oid) AS being_built,
        pg_catalog.count(*) OVER () AS total
@@ -45,8 +47,9 @@ LIMIT $1
 
 # Each valid index with what makes two indexes the same one: access method, key columns and
 # expressions, operator classes, collations, sort options, predicate, uniqueness, NULLS NOT
-# DISTINCT. `keep` ranks which of two the fix keeps: the primary key, then a unique one,
-# then one a constraint uses, then the older.
+# DISTINCT. `keep` ranks which of two the fix keeps: the primary key, then a partition of a
+# partitioned index (it cannot be dropped alone), then a unique one, then one a constraint
+# uses, then the older. `part_of`: the partitioned index an index is a partition of.
 _INDEXES = f"""
 WITH ix AS (
     SELECT i.indexrelid, i.indrelid, c.relam, n.nspname AS schema, c.relname AS name,
@@ -57,8 +60,12 @@ WITH ix AS (
            coalesce(pg_catalog.pg_get_expr(i.indexprs, i.indrelid), '') AS exprs,
            coalesce(pg_catalog.pg_get_expr(i.indpred, i.indrelid), '') AS pred,
            i.indnullsnotdistinct AS nulls_not_distinct,
-           k.conname AS constraint_name,
-           i.indisprimary::int * 4 + i.indisunique::int * 2 + (k.conname IS NOT NULL)::int AS keep,
+           k.conname AS constraint_name, c.relkind = 'I' AS partitioned,
+           (SELECT p.relname FROM pg_catalog.pg_inherits h
+            JOIN pg_catalog.pg_class p ON p.oid = h.inhparent
+            WHERE h.inhrelid = i.indexrelid) AS part_of,
+           i.indisprimary::int * 8 + c.relispartition::int * 4 + i.indisunique::int * 2
+               + (k.conname IS NOT NULL)::int AS keep,
            coalesce(s.idx_scan, 0) AS scans
     FROM pg_catalog.pg_index i
     JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
@@ -75,7 +82,8 @@ DUPLICATES = statement(
     _INDEXES
     + """
 SELECT DISTINCT ON (a.indexrelid) a.schema, a.table_name, a.name, a.size_bytes, a.scans,
-       a.constraint_name, b.name AS duplicate_of, pg_catalog.count(*) OVER () AS total
+       a.constraint_name, a.partitioned, a.part_of, b.name AS duplicate_of,
+       pg_catalog.count(*) OVER () AS total
 FROM ix a JOIN ix b ON b.indrelid = a.indrelid AND b.indexrelid <> a.indexrelid
     AND b.relam = a.relam AND b.keys = a.keys AND b.classes = a.classes
     AND b.collations = a.collations AND b.options = a.options AND b.exprs = a.exprs
@@ -96,7 +104,8 @@ REDUNDANT = statement(
     _INDEXES
     + """
 SELECT DISTINCT ON (a.indexrelid) a.schema, a.table_name, a.name, a.size_bytes, a.scans,
-       b.name AS covered_by, pg_catalog.count(*) OVER () AS total
+       a.constraint_name, a.partitioned, a.part_of, b.name AS covered_by,
+       pg_catalog.count(*) OVER () AS total
 FROM ix a JOIN ix b ON b.indrelid = a.indrelid AND b.indexrelid <> a.indexrelid
     AND b.relam = a.relam AND b.indnkeyatts > a.indnkeyatts
     AND (b.keys || ' ') ~~ (a.keys || ' %') AND (b.classes || ' ') ~~ (a.classes || ' %')
@@ -115,6 +124,10 @@ UNUSED = statement(
     f"""
 SELECT s.schemaname AS schema, s.relname AS table_name, s.indexrelname AS name,
        s.idx_scan AS scans, c.relpages::int8 * {_BLOCK} AS size_bytes,
+       NULL::name AS constraint_name, false AS partitioned,
+       (SELECT p.relname FROM pg_catalog.pg_inherits h
+        JOIN pg_catalog.pg_class p ON p.oid = h.inhparent
+        WHERE h.inhrelid = s.indexrelid) AS part_of,
        (SELECT d.stats_reset FROM pg_catalog.pg_stat_database d
         WHERE d.datname = pg_catalog.current_database()) AS stats_reset,
        pg_catalog.count(*) OVER () AS total
@@ -186,10 +199,18 @@ BLOAT_INFO = (0.3, 1 * MIB)  # ratio, bytes
 BLOAT_WARNING = (0.5, 100 * MIB)
 
 
-def _drop(schema: str, name: str, table: str, constraint: str | None) -> str:
-    if constraint:
-        return f"ALTER TABLE {qualified(schema, table)} DROP CONSTRAINT {quote_ident(constraint)};"
-    return f"DROP INDEX CONCURRENTLY {qualified(schema, name)};"
+def _drop(r: asyncpg.Record, numbers: dict[str, Any]) -> str:
+    """The statement that drops index `r`: through its constraint if one uses it; none for a
+    partition of a partitioned index (dropped only with it: `part_of` is added to the
+    numbers); without CONCURRENTLY for a partitioned index, which PostgreSQL refuses."""
+    if r["constraint_name"]:
+        table = qualified(r["schema"], r["table_name"])
+        return f"ALTER TABLE {table} DROP CONSTRAINT {quote_ident(r['constraint_name'])};"
+    if r["part_of"]:
+        numbers["part_of"] = r["part_of"]
+        return ""
+    name = qualified(r["schema"], r["name"])
+    return f"DROP INDEX {name};" if r["partitioned"] else f"DROP INDEX CONCURRENTLY {name};"
 
 
 async def invalid_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
@@ -203,6 +224,8 @@ async def invalid_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
             | ({"being_built": True} if r["being_built"] else {}),
             ""
             if r["being_built"]
+            else f"DROP INDEX {qualified(r['schema'], r['name'])};"
+            if r["partitioned"]
             else f"DROP INDEX CONCURRENTLY {qualified(r['schema'], r['name'])};",
         )
         for r in rows
@@ -210,21 +233,17 @@ async def invalid_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
     return Outcome("invalid_indexes", worst_first(findings), rows[0]["total"] if rows else 0)
 
 
+def _index_finding(check: str, severity: str, r: asyncpg.Record, **extra: Any) -> Finding:
+    numbers: dict[str, Any] = {"table": r["table_name"], **extra}
+    numbers |= {"size_bytes": r["size_bytes"], "scans": r["scans"]}
+    fix = _drop(r, numbers)
+    return Finding(check, severity, f"{r['schema']}.{r['name']}", numbers, fix)
+
+
 async def duplicate_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
     rows = await conn.fetch(DUPLICATES, limit)
     findings = [
-        Finding(
-            "duplicate_indexes",
-            "warning",
-            f"{r['schema']}.{r['name']}",
-            {
-                "table": r["table_name"],
-                "duplicate_of": r["duplicate_of"],
-                "size_bytes": r["size_bytes"],
-                "scans": r["scans"],
-            },
-            _drop(r["schema"], r["name"], r["table_name"], r["constraint_name"]),
-        )
+        _index_finding("duplicate_indexes", "warning", r, duplicate_of=r["duplicate_of"])
         for r in rows
     ]
     return Outcome("duplicate_indexes", findings, rows[0]["total"] if rows else 0)
@@ -233,40 +252,19 @@ async def duplicate_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
 async def redundant_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
     rows = await conn.fetch(REDUNDANT, limit)
     findings = [
-        Finding(
-            "redundant_indexes",
-            "info",
-            f"{r['schema']}.{r['name']}",
-            {
-                "table": r["table_name"],
-                "covered_by": r["covered_by"],
-                "size_bytes": r["size_bytes"],
-                "scans": r["scans"],
-            },
-            f"DROP INDEX CONCURRENTLY {qualified(r['schema'], r['name'])};",
-        )
-        for r in rows
+        _index_finding("redundant_indexes", "info", r, covered_by=r["covered_by"]) for r in rows
     ]
     return Outcome("redundant_indexes", findings, rows[0]["total"] if rows else 0)
 
 
 async def unused_indexes(conn: asyncpg.Connection, limit: int) -> Outcome:
     rows = await conn.fetch(UNUSED, limit)
-    findings = [
-        Finding(
-            "unused_indexes",
-            "warning" if r["size_bytes"] >= UNUSED_WARNING_BYTES else "info",
-            f"{r['schema']}.{r['name']}",
-            {
-                "table": r["table_name"],
-                "scans": r["scans"],
-                "size_bytes": r["size_bytes"],
-                "stats_since": r["stats_reset"].isoformat() if r["stats_reset"] else None,
-            },
-            f"DROP INDEX CONCURRENTLY {qualified(r['schema'], r['name'])};",
-        )
-        for r in rows
-    ]
+    findings = []
+    for r in rows:
+        severity = "warning" if r["size_bytes"] >= UNUSED_WARNING_BYTES else "info"
+        finding = _index_finding("unused_indexes", severity, r)
+        finding.numbers["stats_since"] = r["stats_reset"].isoformat() if r["stats_reset"] else None
+        findings.append(finding)
     note = (
         "scans are counted on this server only (a standby's are its own) since stats_since "
         "(null: since the cluster was created)"
