@@ -316,6 +316,24 @@ async def test_a_pg_monitor_role_gets_every_check_run_or_told_why_not(dsn: str) 
     assert "not estimated" in checks["index_bloat"]["note"]
 
 
+async def test_a_role_without_pg_monitor_is_told_which_sessions_it_cannot_see(dsn: str) -> None:
+    """PostgreSQL hides other roles' sessions' state from a role outside pg_read_all_stats:
+    an idle transaction of the superuser's is not reported to it, and the check says so."""
+    role = f"health_plain_{os.getpid()}"
+    await execute(dsn, f"CREATE ROLE {role} LOGIN")
+    other = await asyncpg.connect(dsn)
+    try:
+        await other.execute("BEGIN")
+        async with connect(as_role(dsn, role), allow_privileged_role=False) as client:
+            out = await call(client, "analyze_db_health", checks=["idle_in_transaction"])
+    finally:
+        await other.close()
+        await execute(dsn, f"DROP ROLE {role}")
+    assert not out.get("findings")
+    note = status(out)["idle_in_transaction"]["note"]
+    assert "sessions of other roles not seen" in note and "pg_read_all_stats" in note
+
+
 async def test_an_unknown_check_is_a_parameter_error(dsn: str) -> None:
     async with connect(dsn) as client:
         body = await call_error(client, "analyze_db_health", checks=["vacuum_everything"])

@@ -27,10 +27,10 @@ from pg_mcp_server.database.sql import statement
 
 QUERY_CHARS = 200
 _SECONDS = "pg_catalog.date_part('epoch', pg_catalog.clock_timestamp() - a.{})"
-# Sessions of other roles whose state this role may not see.
+# Sessions in a database whose state this role may not see: PostgreSQL hides their
+# backend type too (an autovacuum worker of another role's is counted with them).
 _HIDDEN = """(SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity h
-     WHERE h.backend_type = 'client backend' AND h.state IS NULL
-       AND h.pid <> pg_catalog.pg_backend_pid())"""
+     WHERE h.backend_type IS NULL AND h.datname IS NOT NULL)"""
 
 HIDDEN = statement("health.activity.HIDDEN", f"SELECT {_HIDDEN} AS hidden")
 
@@ -122,8 +122,8 @@ def _hidden_note(hidden: int) -> str:
     if not hidden:
         return ""
     return (
-        f"{hidden} sessions of other roles not seen: their state and query are shown only "
-        "to members of pg_read_all_stats (or pg_monitor)"
+        f"{hidden} sessions of other roles not seen: PostgreSQL shows their state, query "
+        "and waits only to members of pg_read_all_stats (pg_monitor is one)"
     )
 
 
