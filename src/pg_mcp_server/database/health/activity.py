@@ -156,11 +156,10 @@ async def connections(conn: asyncpg.Connection, limit: int) -> Outcome:
 
 
 def _session(r: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "pid": r["pid"],
-        "user": r["user"],
-        "database": r["database"],
-        "application_name": r["application_name"] or None,
+    session = {"pid": r["pid"], "user": r["user"], "database": r["database"]}
+    if r["application_name"]:
+        session["application_name"] = r["application_name"]
+    return session | {
         "state": r["state"],
         "transaction_seconds": seconds(r["transaction_seconds"]),
         "query": mask_query(r["query"]),
