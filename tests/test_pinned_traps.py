@@ -200,6 +200,7 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("read_resource", {"uri": "pg://schemas/public/tables/orders"}),
     ("analyze_db_health", {}),
     ("get_top_queries", {}),  # no pg_stat_statements here: the error naming the fix
+    ("analyze_query_indexes", {"sql": "SELECT v FROM public.big"}),  # nor HypoPG
 ]
 # The calls meant to fail (the closest names, the column hint): every other one must answer.
 EXPECTED_ERRORS = {
@@ -208,6 +209,7 @@ EXPECTED_ERRORS = {
     'find_join_path {"from_table": "customers", "to_table": "nowhere"}',
     'execute_query {"sql": "SELECT nosuch FROM public.orders"}',
     "get_top_queries {}",
+    'analyze_query_indexes {"sql": "SELECT v FROM public.big"}',
 }
 PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("explore-database", {"schema": "public"}),

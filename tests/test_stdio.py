@@ -35,6 +35,7 @@ ALL_TOOLS = {
     "read_resource",
     "analyze_db_health",
     "get_top_queries",
+    "analyze_query_indexes",
 }
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 

@@ -47,3 +47,10 @@ class GetTopQueriesOutput(Compact):
     total_count: int
     extension_version: str
     note: str = ""
+
+
+class AnalyzeQueryIndexesOutput(Compact):
+    cost: float
+    candidates: int
+    recommendations: Annotated[list[dict[str, Any]], _ARRAY]
+    hypopg_version: str

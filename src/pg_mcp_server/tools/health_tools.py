@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from mcp_types import CallToolResult
 from pydantic import Field
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database.health import CHECKS, Outcome, run_checks, top_queries, within_budget
+from pg_mcp_server.database.health import (
+    CHECKS,
+    Outcome,
+    advise,
+    run_checks,
+    top_queries,
+    within_budget,
+)
 from pg_mcp_server.models.health import (
     AnalyzeDbHealthOutput,
+    AnalyzeQueryIndexesOutput,
     CheckResult,
     Finding,
     GetTopQueriesOutput,
@@ -51,6 +59,12 @@ for the user, never run here. `checks`: per check ok, findings or failed with th
 GET_TOP_QUERIES = """Top statements of pg_stat_statements in this database by sort_by: text
 (<= 500 chars), calls, total/mean ms, rows, shared blocks hit/read, hit_ratio. Counts this
 server's own statements too. Example: get_top_queries(sort_by="mean_time", limit=5)"""
+
+ANALYZE_QUERY_INDEXES = """Indexes that would speed up one SELECT, each measured with HypoPG
+(hypothetical, nothing created): plan cost before/after, improvement factor, estimated size,
+and the CREATE INDEX CONCURRENTLY statement for the user. Candidates: compared, joined and
+ordered columns. Example: analyze_query_indexes(sql="SELECT * FROM orders WHERE status = $1",
+params=["new"])"""
 
 # Bytes for the keys around the findings and the counts that may still grow once cut.
 _FRAME_BYTES = 200
@@ -105,7 +119,25 @@ def health_tools() -> list[ToolDef]:
         found = await app.db.run(lambda conn: top_queries(conn, sort_by, limit), explicit=True)
         return ok(GetTopQueriesOutput(sort_by=sort_by, **found))
 
+    async def analyze_query_indexes(
+        app: AppContext,
+        sql: Annotated[str, Field(description="One SELECT")],
+        params: Annotated[list[Any] | None, Field(description="Values for $n placeholders")] = None,
+    ) -> Annotated[CallToolResult, AnalyzeQueryIndexesOutput]:
+        found = await app.db.run(
+            lambda conn: advise(conn, app.db, app.guard, sql, params, app.shapes),
+            explicit=True,
+            prelude=lambda: app.guard.prelude(sql),
+        )
+        return ok(AnalyzeQueryIndexesOutput(**found))
+
     return [
+        make_tool(
+            analyze_query_indexes,
+            name="analyze_query_indexes",
+            title="Index advice",
+            description=ANALYZE_QUERY_INDEXES,
+        ),
         make_tool(
             analyze_db_health,
             name="analyze_db_health",

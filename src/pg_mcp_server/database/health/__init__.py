@@ -6,6 +6,7 @@ never anything changed (a finding's fix is text for the user).
 - `indexes`, `tables`, `activity`: the checks, each one statement with its thresholds.
 - `checks`: the runner (each check in its own savepoint) and the answer budget.
 - `statements`: the top queries of pg_stat_statements.
+- `advice`: index advice for one query, each candidate measured with HypoPG.
 
 The rest of the server imports these names from here (the face); the modules are
 imported on first use, so importing one part does not load the others."""
@@ -17,6 +18,9 @@ from typing import TYPE_CHECKING
 from pg_mcp_server.database import face
 
 if TYPE_CHECKING:
+    from pg_mcp_server.database.health.advice import (
+        advise as advise,
+    )
     from pg_mcp_server.database.health.checks import (
         CHECKS as CHECKS,
         PER_CHECK as PER_CHECK,
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 __getattr__ = face(
     __name__,
     {
+        "advice": ["advise"],
         "checks": ["CHECKS", "PER_CHECK", "run_checks", "within_budget"],
         "findings": ["Finding", "Outcome"],
         "statements": ["SORTS", "top_queries"],
