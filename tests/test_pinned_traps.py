@@ -257,10 +257,10 @@ async def sweep(client: Client) -> dict[str, Any]:
         try:
             read = await client.read_resource(uri, cache_mode="bypass")
             text = read.contents[0].text  # type: ignore[union-attr]
-            if uri in _VOLATILE_RESOURCES:
-                out[uri] = "ok"
-            else:  # JSON, or a diagram's Mermaid text (the erd resources)
-                out[uri] = _stable(json.loads(text)) if text[:1] in "{[" else text
+            if read.contents[0].mime_type != "application/json":  # a diagram
+                out[uri] = text
+            else:
+                out[uri] = "ok" if uri in _VOLATILE_RESOURCES else _stable(json.loads(text))
         except MCPError as exc:
             out[uri] = f"error: {exc.error.message} {exc.error.data}"
     for name, arguments in PROMPTS:

@@ -96,6 +96,17 @@ class PathNotFoundError(PgMcpError):
     default_suggestion = "The tables may not be related through foreign keys."
 
 
+class NotPopulatedError(PgMcpError):
+    """A materialized view created WITH NO DATA (or never refreshed): reading it fails, and
+    filling it takes REFRESH MATERIALIZED VIEW, a write no caller of ours can make."""
+
+    code = "NOT_POPULATED"
+    default_suggestion = (
+        "The materialized view holds no data until its owner runs REFRESH MATERIALIZED VIEW. "
+        "Query the tables it is defined on instead: describe_table shows its definition."
+    )
+
+
 class ResultExpiredError(PgMcpError):
     """A paged result that is no longer held: expired, evicted, held by another replica, or
     another caller's (the same answer in every case, so nothing tells that it exists)."""
