@@ -446,3 +446,15 @@ async def test_top_queries_match_pg_stat_statements(preloaded: str) -> None:
     assert len(by_time["queries"]) == 3
     means = [q["mean_time_ms"] for q in by_time["queries"]]
     assert means == sorted(means, reverse=True)
+
+
+async def test_top_queries_keep_to_the_answer_budget(preloaded: str) -> None:
+    async with connect(preloaded, answer_budget_bytes=4096) as client:
+        result = await client.call_tool("get_top_queries", {"sort_by": "calls", "limit": 100})
+    out = result.structured_content
+    assert out is not None and not result.is_error
+    assert len(result.content[0].text.encode()) <= 4096  # type: ignore[union-attr]
+    shown = len(out["queries"])
+    assert 0 < shown < out["total_count"]
+    rest = min(100, out["total_count"]) - shown
+    assert out["note"] == f"{rest} more within limit not shown (the answer budget)"

@@ -117,7 +117,18 @@ def health_tools() -> list[ToolDef]:
         limit: Annotated[int, Field(ge=1, le=100)] = 10,
     ) -> Annotated[CallToolResult, GetTopQueriesOutput]:
         found = await app.db.run(lambda conn: top_queries(conn, sort_by, limit), explicit=True)
-        return ok(GetTopQueriesOutput(sort_by=sort_by, **found))
+        # Within the answer budget: the queries that fit, in order, and a note on the rest.
+        room = app.settings.server.answer_budget_bytes - _FRAME_BYTES * 2
+        kept: list[dict[str, Any]] = []
+        for query in found["queries"]:
+            room -= len(json.dumps(query, separators=(",", ":"), ensure_ascii=False)) + 1
+            if room < 0:
+                break
+            kept.append(query)
+        cut = len(found["queries"]) - len(kept)
+        found["queries"] = kept
+        note = f"{cut} more within limit not shown (the answer budget)" if cut else ""
+        return ok(GetTopQueriesOutput(sort_by=sort_by, note=note, **found))
 
     async def analyze_query_indexes(
         app: AppContext,
