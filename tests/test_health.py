@@ -21,7 +21,7 @@ from mcpclient import call, call_error, connect, execute, fetch, held_client, mo
 from pgbed import PG15_BINDIR, SERVER_ENV, PgServer, wheel_bindir
 from pgcluster import LocalCluster
 
-from pg_mcp_server.database.health import CHECKS
+from pg_mcp_server.database.health import CHECKS, PER_CHECK, activity, tables
 
 SETUP = """
 CREATE TABLE orders (id int PRIMARY KEY, customer int, status text)
@@ -248,6 +248,92 @@ async def test_an_idle_transaction_and_a_lock_chain_are_reported_without_waiting
     assert chain["numbers"]["chain"] == {str(waiter_pid): [holder_pid]}
     assert chain["numbers"]["state"] == "idle in transaction"
     assert chain["fix"] == f"SELECT pg_terminate_backend({holder_pid});"
+
+
+# Checks whose problems take too long to plant (a statement running a minute, 200 million
+# transactions, a server under load): with the threshold lowered (the server runs in this
+# process), their statements must report what the views say.
+
+
+async def test_a_long_running_query_is_reported(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(activity, "LONG_INFO", 0)
+    sleeper = await asyncpg.connect(dsn)
+    pid = sleeper.get_server_pid()
+    running = asyncio.create_task(sleeper.execute("SELECT pg_sleep(60) /* long one */"))
+    try:
+
+        async def active() -> bool:
+            row = await _state(dsn, pid)
+            return row is not None and row["state"] == "active"
+
+        await eventually(active, what="the sleeping statement running")
+        async with connect(dsn) as client:
+            out = await call(client, "analyze_db_health", checks=["long_running_queries"])
+    finally:
+        await execute(dsn, f"SELECT pg_cancel_backend({pid})")
+        with pytest.raises(asyncpg.QueryCanceledError):
+            await running
+        await sleeper.close()
+    found = by_check(out, "long_running_queries")[f"pid {pid}"]
+    assert found["severity"] == "info"
+    assert found["numbers"]["query"] == "SELECT pg_sleep(60) /* long one */"
+    assert 0 <= found["numbers"]["query_seconds"] < 60
+    assert found["fix"] == f"SELECT pg_cancel_backend({pid});"
+
+
+async def test_freeze_ages_are_the_catalogs(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tables, "FREEZE_WARNING", 0.0)
+    async with connect(dsn) as client:
+        out = await call(client, "analyze_db_health", checks=["freeze_age"])
+    truth = await fetch(
+        dsn,
+        """SELECT current_database() AS db, age(datfrozenxid) AS db_age,
+                  (SELECT greatest(age(c.relfrozenxid), age(t.relfrozenxid))
+                   FROM pg_class c LEFT JOIN pg_class t ON t.oid = c.reltoastrelid
+                   WHERE c.oid = 'public.orders'::regclass) AS orders_age
+           FROM pg_database WHERE datname = current_database()""",
+    )
+    found = by_check(out, "freeze_age")
+    assert status(out)["freeze_age"]["found"] > PER_CHECK  # every table and database
+    database = found.get(truth[0]["db"])
+    if database is not None:  # among the oldest PER_CHECK
+        assert database["numbers"]["xid_age"] >= truth[0]["db_age"]
+        assert database["fix"].startswith("VACUUM (FREEZE, VERBOSE);")
+    oldest = max(f["numbers"]["xid_age"] for f in found.values())
+    assert oldest >= truth[0]["orders_age"]
+    assert all(f["severity"] == "warning" for f in found.values())
+    assert all(f["numbers"]["autovacuum_freeze_max_age"] == 200_000_000 for f in found.values())
+
+
+async def test_the_cache_hit_ratio_is_the_databases(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tables, "CACHE_MIN_BLOCKS", 0)
+    monkeypatch.setattr(tables, "CACHE_DB_WARNING", 1.01)
+    async with connect(dsn) as client:
+        out = await call(client, "analyze_db_health", checks=["cache_hit", "connections"])
+    numbers = by_check(out, "cache_hit")["database"]["numbers"]
+    assert numbers["hit_ratio"] == round(
+        numbers["blocks_hit"] / (numbers["blocks_hit"] + numbers["blocks_read"]), 4
+    )
+    assert numbers["blocks_hit"] > 0
+
+
+async def test_connections_are_counted_against_max_connections(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(activity, "CONNECTIONS_WARNING", 0.0)
+    async with connect(dsn) as client:
+        out = await call(client, "analyze_db_health", checks=["connections"])
+    settings = await fetch(
+        dsn,
+        "SELECT current_setting('max_connections')::int AS max, "
+        "current_setting('superuser_reserved_connections')::int AS reserved",
+    )
+    numbers = by_check(out, "connections")["server"]["numbers"]
+    assert numbers["max_connections"] == settings[0]["max"]
+    assert numbers["usable"] == settings[0]["max"] - settings[0]["reserved"]
+    assert numbers["used"] >= 1 and numbers["active"] >= 1
 
 
 async def test_an_inactive_replication_slot_is_reported_with_the_wal_it_keeps(dsn: str) -> None:
