@@ -20,7 +20,9 @@ CREATE TABLE big (id int PRIMARY KEY, customer int NOT NULL, status text NOT NUL
 INSERT INTO big SELECT g, g % 5000, 'new' FROM generate_series(1, 300000) g;
 CREATE TABLE shapes (p point, v int);
 INSERT INTO shapes SELECT point(g, g), g FROM generate_series(1, 10000) g;
-ANALYZE big, shapes;
+CREATE TABLE users (id int PRIMARY KEY, password_hash text);
+INSERT INTO users SELECT g, md5(g::text) FROM generate_series(1, 10000) g;
+ANALYZE big, shapes, users;
 """
 INDEXES = "SELECT indexrelid::regclass::text AS name FROM pg_index ORDER BY 1"
 QUERY = "SELECT id, status FROM big WHERE customer = $1"
@@ -91,6 +93,18 @@ async def test_the_guard_judges_the_query_first(hypo: str) -> None:
     assert body["error"]["code"] == "WRITE_OPERATION_DENIED"
     assert await fetch(hypo, INDEXES) == before
     assert (await fetch(hypo, "SELECT count(*) FROM big"))[0][0] == 300000
+
+
+async def test_advice_is_no_oracle_for_a_sensitive_column(hypo: str) -> None:
+    """Plan costs tell about a redacted column's values as explain's estimates do: refused
+    the same way (rows/redaction.py)."""
+    query = "SELECT id FROM users WHERE password_hash LIKE 'a%'"
+    async with connect(hypo) as client:
+        explained = await call_error(client, "explain_query", sql=query)
+        advised = await call_error(client, "analyze_query_indexes", sql=query)
+    assert explained["error"]["context"]["rule"] == "sensitive_column"
+    assert advised["error"]["code"] == explained["error"]["code"]
+    assert advised["error"]["context"]["rule"] == "sensitive_column"
 
 
 async def test_without_hypopg_the_error_names_the_fix(scratch_dsn: str) -> None:

@@ -136,7 +136,7 @@ def health_tools() -> list[ToolDef]:
         params: Annotated[list[Any] | None, Field(description="Values for $n placeholders")] = None,
     ) -> Annotated[CallToolResult, AnalyzeQueryIndexesOutput]:
         found = await app.db.run(
-            lambda conn: advise(conn, app.db, app.guard, sql, params, app.shapes),
+            lambda conn: advise(conn, app.db, app.guard, sql, params, app.shapes, app.sensitive),
             explicit=True,
             prelude=lambda: app.guard.prelude(sql),
         )

@@ -17,6 +17,7 @@ quoted name: they cannot be pinned to pg_catalog.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,10 +163,13 @@ async def advise(
     sql: str,
     params: list[Any] | None,
     shapes: Shapes | None = None,
+    sensitive: re.Pattern[str] | None = None,
 ) -> dict[str, Any]:
     """The plan's cost as it is and with each candidate index; those that lower it by
     MIN_GAIN or more, best first, with their estimated size and the statement to create
-    them. Inside the caller's read-only transaction (the guard's)."""
+    them. Inside the caller's read-only transaction (the guard's). `shapes` and `sensitive`
+    as explain_query passes them: a plan that would tell a redacted column's values (its
+    estimates) is refused here as there."""
     found_ext = await conn.fetchrow(FIND)
     if found_ext is None:
         raise ExtensionMissingError(
@@ -190,6 +194,7 @@ async def advise(
             verbose=False,
             buffers=False,
             shapes=shapes,
+            sensitive=sensitive,
         )
         return float(result.estimated_cost or 0.0)
 
