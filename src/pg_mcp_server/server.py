@@ -104,6 +104,7 @@ pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps.
 
 
 def builtin_tools(settings: Settings) -> list[ToolDef]:
+    from pg_mcp_server.tools.health_tools import health_tools
     from pg_mcp_server.tools.query_tools import query_tools
     from pg_mcp_server.tools.relationship_tools import relationship_tools
     from pg_mcp_server.tools.schema_tools import schema_tools
@@ -115,6 +116,7 @@ def builtin_tools(settings: Settings) -> list[ToolDef]:
         *relationship_tools(schema),
         *query_tools(),
         *vector_tools(schema),
+        *health_tools(),
     ]
 
 
