@@ -253,3 +253,26 @@ async def _expired(store: MemoryResultStore, owner: str, result_id: str) -> None
     except ResultExpiredError:
         return
     raise AssertionError(f"{result_id} is still held")
+
+
+async def test_recent_queries_lists_what_ran_newest_first(pdsn: str) -> None:
+    async with one_connection(pdsn, max_rows=20000) as client:
+        await call(client, "execute_query", sql="SELECT id FROM big ORDER BY id", limit=20000)
+        await call(client, "execute_query", sql="SELECT 1 AS one")
+        await call_error(client, "execute_query", sql="SELECT nosuch FROM big")
+        first = await call(client, "execute_query", sql="SELECT id FROM big ORDER BY id", limit=9)
+        read = await client.read_resource("pg://queries/recent")
+    queries = json.loads(read.contents[0].text)["queries"]  # type: ignore[union-attr]
+    assert [q["sql"] for q in queries] == [
+        "SELECT id FROM big ORDER BY id",
+        "SELECT nosuch FROM big",
+        "SELECT 1 AS one",
+        "SELECT id FROM big ORDER BY id",
+    ]
+    newest, failed, one, paged = queries
+    assert newest["query_hash"] == first["query_hash"] == paged["query_hash"]
+    assert newest["row_count"] == 9 and newest["has_more"] is True
+    assert paged["row_count"] == 20000 and paged["has_more"] is False
+    assert one["row_count"] == 1 and one["execution_time_ms"] >= 0
+    assert failed["error"] == "COLUMN_NOT_FOUND" and "row_count" not in failed
+    assert all(q["at"].endswith("+00:00") for q in queries)
