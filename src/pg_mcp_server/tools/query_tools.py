@@ -83,26 +83,17 @@ async def _held(app: AppContext, result: QueryResult, sql_hash: str) -> CallTool
     JSON, read once, so no page runs the query again or holds anything open on the database."""
     assert result.page_bytes is not None
     cut = pages.cut(result.rows_json, len(result.rows), result.rest, result.page_bytes)
-    more = result.has_more
-    notes = tuple(result.notes)
-    limit = app.settings.server.result_store_bytes
-    header_bytes = len(result.columns_json.encode()) + 600 + sum(len(n) for n in notes)
-    while len(cut) > 1 and sum(len(r) for _, r in cut) + len(cut) * header_bytes > limit:
-        cut.pop()  # (the reader keeps a result within the store; this is its headers' share)
-        more = True
-    total = sum(n for n, _ in cut)
-    elapsed = round(result.elapsed_ms, 3)
-    held: list[bytes] = []
-    first = 0
-    for rows, rows_json in cut:
-        header = pages.Header(
-            result.columns_json, first, rows, total, more, notes, elapsed, sql_hash
-        )
-        held.append(pages.held(header, rows_json))
-        first += rows
+    held, first = pages.holding(
+        cut,
+        result.columns_json,
+        more=result.has_more,
+        notes=result.notes,
+        execution_time_ms=round(result.elapsed_ms, 3),
+        query_hash=sql_hash,
+        max_bytes=app.settings.server.result_store_bytes,
+    )
     result_id = await app.results.put(current_owner(), held)
-    header = pages.split(held[0])[0]
-    return _page_result(header, result.rows_json, result.rows, 1, len(held), result_id)
+    return _page_result(first, result.rows_json, result.rows, 1, len(held), result_id)
 
 
 def _page_result(
