@@ -186,6 +186,9 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("explain_query", {"sql": "SELECT v FROM public.big"}),
     ("explain_query", {"sql": f"SELECT v FROM public.big WHERE v {GT} 3", "analyze": True}),
     ("read_resource", {"uri": "pg://schemas/public/tables/orders"}),
+    # No pgvector here: the catalog read and its error (test_vectors.py covers the search).
+    ("similarity_search", {"table_name": "orders", "column": "mood", "query_vector": [1.0]}),
+    ("generate_embedding", {"text": "orders"}),
 ]
 # The calls meant to fail (the closest names, the column hint): every other one must answer.
 EXPECTED_ERRORS = {
@@ -194,6 +197,7 @@ EXPECTED_ERRORS = {
     'find_join_path {"from_table": "customers", "to_table": "nowhere"}',
     'execute_query {"sql": "SELECT nosuch FROM public.orders"}',
     "pg://results/none/1",  # no such result held (RESULT_EXPIRED)
+    'similarity_search {"table_name": "orders", "column": "mood", "query_vector": [1.0]}',
 }
 PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("explore-database", {"schema": "public"}),
@@ -245,10 +249,10 @@ async def sweep(client: Client) -> dict[str, Any]:
         try:
             read = await client.read_resource(uri, cache_mode="bypass")
             text = read.contents[0].text  # type: ignore[union-attr]
-            if read.contents[0].mime_type != "application/json":  # the diagrams' markdown
+            if read.contents[0].mime_type != "application/json":  # a diagram
                 out[uri] = text
-                continue
-            out[uri] = "ok" if uri in _VOLATILE_RESOURCES else _stable(json.loads(text))
+            else:
+                out[uri] = "ok" if uri in _VOLATILE_RESOURCES else _stable(json.loads(text))
         except MCPError as exc:
             out[uri] = f"error: {exc.error.message} {exc.error.data}"
     for name, arguments in PROMPTS:

@@ -33,6 +33,8 @@ ALL_TOOLS = {
     "execute_query",
     "explain_query",
     "read_resource",
+    "generate_embedding",
+    "similarity_search",
 }
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 

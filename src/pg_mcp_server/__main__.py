@@ -53,7 +53,13 @@ DEMO_PLACEHOLDER = "postgresql://demo@localhost/demo"
 # Removed from this process's environment once read, so no child process inherits them.
 # Longest the role audit may hold up the start (see check_role).
 START_AUDIT_S = 5.0
-SECRET_VARIABLES = ("PG_DSN", "DATABASE_URL", "PG_PASSWORD", "MCP_AUTH_TOKENS")
+SECRET_VARIABLES = (
+    "PG_DSN",
+    "DATABASE_URL",
+    "PG_PASSWORD",
+    "MCP_AUTH_TOKENS",
+    "MCP_EMBEDDING_API_KEY",
+)
 
 
 class ConfigError(Exception):
@@ -253,9 +259,11 @@ def banner(argv: Sequence[str]) -> str:
         # Tokens are for HTTP clients, and this is the stdio transport.
         if name not in known or not value or name == "MCP_AUTH_TOKENS":
             continue
-        if name == "PG_PASSWORD" or (name in SECRET_VARIABLES and _shown_dsn(value) != value):
+        if name in ("PG_PASSWORD", "MCP_EMBEDDING_API_KEY") or (
+            name in SECRET_VARIABLES and _shown_dsn(value) != value
+        ):
             passed.append(f'-e {name}="${name}"')
-            to_set[name] = "it holds a password, which is never printed"
+            to_set[name] = "it holds a password or key, which is never printed"
         else:
             passed.append("-e " + shlex.quote(f"{name}={value}"))
     args = list(argv[1:])

@@ -388,6 +388,64 @@ class ServerSettings(BaseSettings):
         ),
     )
 
+    # generate_embedding and similarity_search's query_text (src/pg_mcp_server/embeddings/).
+    embedding_provider: Literal["local", "openai", "ollama", "none"] = Field(
+        default="local",
+        description=(
+            "Who turns text into vectors: local (the wordllama model installed with the "
+            "vectors extra, no service), openai (any OpenAI-compatible /v1/embeddings), "
+            "ollama (/api/embed), or none"
+        ),
+    )
+    embedding_url: str | None = Field(
+        default=None,
+        description=(
+            "Base URL of the embedding service (default https://api.openai.com/v1 for openai, "
+            "http://127.0.0.1:11434 for ollama)"
+        ),
+    )
+    embedding_model: str | None = Field(
+        default=None,
+        description=(
+            "Embedding model name (default text-embedding-3-small for openai, "
+            "nomic-embed-text for ollama; the local model is fixed)"
+        ),
+    )
+    embedding_api_key: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for the embedding service (a secret: never logged or echoed)",
+    )
+    embedding_dimensions: int | None = Field(
+        default=None,
+        ge=1,
+        le=16000,
+        description=(
+            "Dimensions every embedding must have (asked of openai as `dimensions`, the local "
+            "model's 64, 128 or 256); an answer of another length is an error"
+        ),
+    )
+    embedding_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Seconds one embedding request may take",
+    )
+    embedding_retries: int = Field(
+        default=3,
+        ge=0,
+        le=10,
+        description=(
+            "Retries of an embedding request answered 429 or 5xx or not connected, with "
+            "exponential back-off (Retry-After honoured)"
+        ),
+    )
+    embedding_batch_size: int = Field(
+        default=64,
+        ge=1,
+        le=2048,
+        description="Most texts sent in one embedding request",
+    )
+
     @field_validator(
         "auth_tokens",
         "allowed_hosts",
@@ -424,7 +482,8 @@ class ServerSettings(BaseSettings):
 
 GROUPS = ("database", "server")
 _PREFIX = {"DatabaseSettings": "PG_", "ServerSettings": "MCP_"}
-_SECRET = {"dsn", "password", "auth_tokens"}  # never echo what was given for these
+# never echo what was given for these
+_SECRET = {"dsn", "password", "auth_tokens", "embedding_api_key"}
 
 
 def describe_errors(exc: ValidationError, flags: dict[str, str] | None = None) -> list[str]:

@@ -107,9 +107,15 @@ def builtin_tools(settings: Settings) -> list[ToolDef]:
     from pg_mcp_server.tools.query_tools import query_tools
     from pg_mcp_server.tools.relationship_tools import relationship_tools
     from pg_mcp_server.tools.schema_tools import schema_tools
+    from pg_mcp_server.tools.vector_tools import vector_tools
 
     schema = settings.database.default_schema
-    return [*schema_tools(schema), *relationship_tools(schema), *query_tools()]
+    return [
+        *schema_tools(schema),
+        *relationship_tools(schema),
+        *query_tools(),
+        *vector_tools(schema),
+    ]
 
 
 def make_registry(

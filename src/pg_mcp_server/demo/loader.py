@@ -67,6 +67,10 @@ async def add_reader(dsn: str) -> str:
 
 async def _prepare(dsn: str) -> str:
     await load_demo(dsn)
+    # product_descriptions, for similarity_search (only where the server has pgvector).
+    from pg_mcp_server.demo.vectors import load_vectors
+
+    await load_vectors(dsn)
     return await add_reader(dsn)
 
 

@@ -29,8 +29,11 @@ class GetForeignKeysOutput(Compact):
     schema_name: str
     outgoing: list[ForeignKeyRelation]  # this table holds the key
     incoming: list[ForeignKeyRelation]  # other tables reference this one
-    outgoing_count: int
+    outgoing_count: int  # all of them, on every page
     incoming_count: int
+    # additive, when the keys do not all fit in one answer: outgoing then incoming, paged
+    note: str | None = None
+    next_cursor: str | None = None
 
 
 class JoinPath(Compact):

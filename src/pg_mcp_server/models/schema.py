@@ -54,7 +54,11 @@ class ListTablesOutput(Compact):
     tables: list[TableInfo]
     schema_name: str
     total_count: int  # matching objects, all pages
-    has_more: bool = False  # additive: call again with offset
+    has_more: bool = False  # additive: call again with offset, or with cursor=next_cursor
+    # additive, when more than this answer holds: what it holds, and the cursor to read on
+    # (see database/catalog/pages.py)
+    note: str | None = None
+    next_cursor: str | None = None
 
 
 class ForeignKeyRef(Compact):
@@ -121,6 +125,10 @@ class DescribeTableOutput(Compact):
     empty: bool = False  # additive
     stats_as_of: str | None = None  # additive
     size_pretty: str | None = None
+    # additive, when the columns do not all fit in one answer: which this page holds, and the
+    # cursor to the next (whose answer holds only table_name, schema_name and columns)
+    note: str | None = None
+    next_cursor: str | None = None
 
 
 class GetSampleRowsOutput(Compact):
@@ -145,3 +153,6 @@ class SearchMatch(Compact):
 class SearchTablesOutput(Compact):
     matches: list[SearchMatch]  # best first
     total_count: int  # tables that match at all
+    # additive, when more tables match than this answer holds
+    note: str | None = None
+    next_cursor: str | None = None

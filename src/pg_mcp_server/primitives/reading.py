@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 DESCRIPTION = """Read a resource of this server by URI, for clients that do not show
 resources: pg://system_info, pg://settings, pg://stat/activity, pg://schemas,
-pg://schemas/{schema}/tables/{table} and the custom ones (resources/list names them all)."""
+pg://schemas/{schema}/tables/{table} and the custom ones (resources/list names them all).
+Example: read_resource(uri="pg://system_info") -> {"uri":"pg://system_info",
+"mime_type":"application/json","contents":{"version":"PostgreSQL 16.4 ...",...}}"""
 
 
 class ReadResourceOutput(BaseModel):

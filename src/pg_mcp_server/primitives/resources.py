@@ -197,7 +197,8 @@ def _schema_templates() -> list[TemplateDef]:
             "tables",
             "Tables of a schema",
             "The tables and views of one schema with row estimates and sizes, as list_tables "
-            "returns them (the first 1,000 in name order).",
+            "returns them (the first 1,000 in name order that fit the answer budget; list_tables "
+            "reads on from its next_cursor).",
             [SCHEMA],
             _tables,
         ),

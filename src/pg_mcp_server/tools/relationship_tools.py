@@ -16,6 +16,7 @@ from pg_mcp_server.database.catalog import (
     foreign_keys_of,
     join_sql,
     no_path,
+    pages,
 )
 from pg_mcp_server.models.relationships import (
     FindJoinPathOutput,
@@ -23,35 +24,58 @@ from pg_mcp_server.models.relationships import (
     GetForeignKeysOutput,
     JoinPath,
 )
-from pg_mcp_server.tools.registry import ToolDef, make_tool, ok
+from pg_mcp_server.tools.registry import ToolDef, make_tool, ok, ok_json
+from pg_mcp_server.tools.schema_tools import CURSOR
 
 GET_FOREIGN_KEYS = """A table's foreign keys both ways: outgoing (it references) and incoming
-(others reference it), column pairs in key order. Keys of partitions are on their parent.
+(others reference it). Keys of partitions are on their parent. Paged: next_cursor.
 Example: get_foreign_keys(table_name="orders")"""
 
-FIND_JOIN_PATH = """How to join two tables by foreign keys: the shortest paths, each with
+FIND_JOIN_PATH = """How to join two tables by foreign keys: shortest paths, each with
 sql_example (runs as-is after a SELECT list), steps (each join's key), fan_out (joins that
-multiply rows, with the measured ratio) and warning (what that does to sums over the first
-table). Example: find_join_path(from_table="payment", to_table="film")"""
+multiply rows, with the ratio) and warning (its effect on sums over the first table).
+Example: find_join_path(from_table="payment", to_table="film")"""
 
 
 def relationship_tools(default_schema: str) -> list[ToolDef]:
     async def get_foreign_keys(
-        app: AppContext, table_name: str, schema_name: str = default_schema
+        app: AppContext,
+        table_name: str,
+        schema_name: str = default_schema,
+        cursor: CURSOR = None,
     ) -> Annotated[CallToolResult, GetForeignKeysOutput]:
+        arguments = {"table_name": table_name, "schema_name": schema_name}
+        start = 0
+        listing = None
+        if cursor is not None:
+            at = pages.decode(cursor, "get_foreign_keys", arguments)
+            start, listing = at.offset, at.listing
         outgoing, incoming = await app.db.run(
             lambda conn: foreign_keys_of(conn, schema_name, table_name), own=True
         )
-        return ok(
-            GetForeignKeysOutput(
-                table_name=table_name,
-                schema_name=schema_name,
-                outgoing=[ForeignKeyRelation(**k.relation()) for k in outgoing],
-                incoming=[ForeignKeyRelation(**k.relation()) for k in incoming],
-                outgoing_count=len(outgoing),
-                incoming_count=len(incoming),
-            )
+        # One listing, outgoing keys then incoming ones, paged as a whole.
+        keys = [("outgoing", k) for k in outgoing] + [("incoming", k) for k in incoming]
+        items = [ForeignKeyRelation(**k.relation()).dump() for _, k in keys]
+        answer = GetForeignKeysOutput(
+            table_name=table_name,
+            schema_name=schema_name,
+            outgoing=[],
+            incoming=[],
+            outgoing_count=len(outgoing),
+            incoming_count=len(incoming),
+        ).dump()
+        kept = pages.fit(answer, items[start:], app.settings.server.answer_budget_bytes)
+        for (side, _), item in zip(keys[start : start + kept], items[start:], strict=False):
+            answer[side].append(item)
+        now = pages.fingerprint([f"{side} {k.constraint_name}" for side, k in keys])
+        note = pages.note(
+            "keys", start, kept, len(keys), changed=listing is not None and listing != now
         )
+        if note:
+            answer["note"] = note
+        if start + kept < len(keys):
+            answer["next_cursor"] = pages.encode("get_foreign_keys", arguments, start + kept, now)
+        return ok_json(answer)
 
     async def find_join_path(
         app: AppContext,

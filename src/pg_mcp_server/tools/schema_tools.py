@@ -12,12 +12,12 @@ import json
 from typing import Annotated, Any
 
 from mcp_types import CallToolResult
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database.catalog import search_tables as search, tables as catalog
-from pg_mcp_server.database.rows import Relation, column_hint, sample_rows
-from pg_mcp_server.errors import ColumnNotFoundError
+from pg_mcp_server.database.catalog import pages, search_tables as search, tables as catalog
+from pg_mcp_server.database.rows import Relation, column_hint, cut_text, sample_rows
+from pg_mcp_server.errors import ColumnNotFoundError, ParameterError
 from pg_mcp_server.models.schema import (
     DescribeTableOutput,
     GetSampleRowsOutput,
@@ -35,25 +35,30 @@ Example: list_schemas()"""
 
 LIST_TABLES = """One schema's tables and views: comment, row estimate, size, primary key, column
 count. empty=true: no rows for certain; else the estimate is as of stats_as_of (absent: never
-analyzed). include_columns=true: a schema map, each column as "name type[ PK][ -> table.col]".
-Example: list_tables(schema_name="sales", include_columns=true)"""
+analyzed). include_columns=true: a schema map, a column as "name type[ PK][ -> table.col]".
+Paged: next_cursor. Example: list_tables(schema_name="sales", include_columns=true)"""
 
-SEARCH_TABLES = """Find the tables that hold something, in all schemas: words matched against
-table and column names and comments, best first. Example: search_tables(query="customer email")"""
+SEARCH_TABLES = """Find tables that hold something, in all schemas: words matched against
+table and column names and comments, best first. Paged: next_cursor.
+Example: search_tables(query="customer email")"""
 
 DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, comment, keys, enum
 labels, identity, generated), indexes, constraints (a one-column foreign key is on its
-column), partitions, view definition, row facts as in list_tables. Defaults left out:
-is_nullable true, on_update/on_delete NO ACTION, index_type btree, an index definition saying
-no more. Example: describe_table(table_name="orders")"""
+column), partitions, view definition, list_tables' row facts. Defaults left out:
+is_nullable true, on_update/on_delete NO ACTION, index_type btree, a redundant index
+definition. Paged: next_cursor. Example: describe_table(table_name="orders")"""
 
-GET_SAMPLE_ROWS = """A few real rows, to see formats and values: `rows` are arrays in `columns`
-order, by primary key unless randomize=true; long text is cut, sensitive columns redacted.
+GET_SAMPLE_ROWS = """A few real rows: `rows` are arrays in `columns` order, by primary key unless
+randomize=true; long values are cut, sensitive columns redacted.
 Example: get_sample_rows(table_name="orders", where_clause="status = 'shipped'")"""
 
 # Tables per list_tables page: a schema map line per column makes a table ~10x the bytes.
 LIST_PAGE = 1000
 MAP_PAGE = 100
+
+# The argument execute_query pages with too. Declared a plain string, without a description
+# (the tool descriptions say what to pass): tools/list has a budget (tests/test_answers.py).
+CURSOR = Annotated[str | None, WithJsonSchema({"type": "string"})]
 
 SAMPLE_ANNOTATIONS = READ_ONLY.model_copy(update={"idempotent_hint": False})
 
@@ -87,10 +92,67 @@ async def describe_document(
     fields = DescribeTableOutput.model_fields
     fresh = {k: row[k] for k in _FRESH if row[k] != fields[k].default}
     if row["doc"] is not None or not cached:
-        doc = DescribeTableOutput.model_validate(row["doc"]).dump()
+        doc = _cut_document(
+            DescribeTableOutput.model_validate(row["doc"]).dump(),
+            app.settings.server.max_value_chars,
+        )
         app.described.put(key, row["token"], doc, len(json.dumps(doc)))
         return doc | fresh
     return cached[1] | fresh
+
+
+def _cut_document(doc: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    """describe_table's answer with its long texts (comments, defaults, expressions,
+    definitions) cut to `max_chars` and marked; names, types and keys are never cut."""
+    out = doc | _cut(doc, ("description", "view_definition", "partition_key"), max_chars)
+    texts = ("description", "default_value", "generation_expression", "definition")
+    for part in ("columns", "indexes", "constraints"):
+        if part in doc:
+            out[part] = [item | _cut(item, texts, max_chars) for item in doc[part]]
+    return out
+
+
+def _resume(
+    tool: str, cursor: str | None, arguments: dict[str, Any], offset: int = 0
+) -> tuple[int, str | None]:
+    """Where a page starts (`cursor`'s offset, else `offset`) and the fingerprint of the
+    listing the cursor was cut from (None without one)."""
+    if cursor is None:
+        return offset, None
+    if offset:
+        raise ParameterError(
+            "Give cursor or offset, not both",
+            suggestion="Pass next_cursor alone to read on, or offset alone.",
+            context={"offset": offset},
+        )
+    at = pages.decode(cursor, tool, arguments)
+    return at.offset, at.listing
+
+
+def _paged(
+    answer: dict[str, Any],
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    what: str,
+    start: int,
+    shown: int,
+    total: int,
+    listing: str,
+    changed: bool,
+) -> dict[str, Any]:
+    """`answer` with its note and, when more is held, the cursor to it."""
+    note = pages.note(what, start, shown, total, changed=changed)
+    if note:
+        answer["note"] = note
+    if start + shown < total:
+        answer["next_cursor"] = pages.encode(tool, arguments, start + shown, listing)
+    return answer
+
+
+def _cut(row: dict[str, Any], keys: tuple[str, ...], max_chars: int) -> dict[str, Any]:
+    """The text fields `keys` of `row`, cut to `max_chars` and marked when longer."""
+    return {k: cut_text(row[k], max_chars) for k in keys if isinstance(row.get(k), str)}
 
 
 def schema_tools(default_schema: str) -> list[ToolDef]:
@@ -108,29 +170,54 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         schema_name: str = default_schema,
         include_views: bool = True,
         name_pattern: Annotated[
-            str | None, Field(description="Case-insensitive LIKE pattern, e.g. 'order%'")
+            str | None, Field(description="ILIKE pattern, e.g. 'order%'")
         ] = None,
         include_columns: bool = False,
         limit: Annotated[
             int | None,
-            Field(ge=1, le=10000, description="Per page; default 1000, 100 with columns"),
+            Field(ge=1, le=10000, description="Default 1000, 100 with columns"),
         ] = None,
         offset: Annotated[int, Field(ge=0)] = 0,
+        cursor: CURSOR = None,
     ) -> Annotated[CallToolResult, ListTablesOutput]:
+        arguments = {
+            "schema_name": schema_name,
+            "include_views": include_views,
+            "name_pattern": name_pattern,
+            "include_columns": include_columns,
+            "limit": limit,
+        }
+        start, listing = _resume("list_tables", cursor, arguments, offset)
         page = limit or (MAP_PAGE if include_columns else LIST_PAGE)
-        rows, total = await app.db.run(
+        rows, total, now = await app.db.run(
             lambda conn: catalog.list_tables(
-                conn, schema_name, include_views, name_pattern, page, offset, include_columns
+                conn, schema_name, include_views, name_pattern, page, start, include_columns
             ),
             own=True,
         )
-        tables = [TableInfo(**r) for r in rows]
-        return ok(
-            ListTablesOutput(
-                tables=tables,
-                schema_name=schema_name,
-                total_count=total,
-                has_more=offset + len(tables) < total,
+        cut = app.settings.server.max_value_chars
+        tables = [TableInfo(**(r | _cut(r, ("description",), cut))).dump() for r in rows]
+        answer: dict[str, Any] = {
+            "tables": [],
+            "schema_name": schema_name,
+            "total_count": total,
+        }
+        kept = pages.fit(answer, tables, app.settings.server.answer_budget_bytes)
+        end = start + kept
+        answer["tables"] = tables[:kept]
+        if end < total:
+            answer["has_more"] = True
+        return ok_json(
+            _paged(
+                answer,
+                "list_tables",
+                arguments,
+                what="tables",
+                start=start,
+                shown=kept,
+                total=total,
+                listing=now,
+                changed=listing is not None and listing != now,
             )
         )
 
@@ -138,9 +225,30 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         app: AppContext,
         query: Annotated[str, Field(description="A few words, e.g. 'invoice total'")],
         limit: Annotated[int, Field(ge=1, le=50)] = 10,
+        cursor: CURSOR = None,
     ) -> Annotated[CallToolResult, SearchTablesOutput]:
-        rows, total = await app.db.run(lambda conn: search(conn, query, limit), own=True)
-        return ok(SearchTablesOutput(matches=[SearchMatch(**r) for r in rows], total_count=total))
+        arguments = {"query": query, "limit": limit}
+        start, listing = _resume("search_tables", cursor, arguments)
+        rows, total, now = await app.db.run(
+            lambda conn: search(conn, query, limit, start), own=True
+        )
+        matches = [SearchMatch(**r).dump() for r in rows]
+        answer: dict[str, Any] = {"matches": [], "total_count": total}
+        kept = pages.fit(answer, matches, app.settings.server.answer_budget_bytes)
+        answer["matches"] = matches[:kept]
+        return ok_json(
+            _paged(
+                answer,
+                "search_tables",
+                arguments,
+                what="matching tables",
+                start=start,
+                shown=kept,
+                total=total,
+                listing=now,
+                changed=listing is not None and listing != now,
+            )
+        )
 
     async def describe_table(
         app: AppContext,
@@ -148,10 +256,41 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         schema_name: str = default_schema,
         include_indexes: bool = True,
         include_constraints: bool = True,
+        cursor: CURSOR = None,
     ) -> Annotated[CallToolResult, DescribeTableOutput]:
+        arguments = {
+            "table_name": table_name,
+            "schema_name": schema_name,
+            "include_indexes": include_indexes,
+            "include_constraints": include_constraints,
+        }
+        start, listing = _resume("describe_table", cursor, arguments)
+        doc = await describe_document(
+            app, schema_name, table_name, include_indexes, include_constraints
+        )
+        columns = doc["columns"]
+        # The first page has every fact of the table and the columns that fit after them;
+        # the next pages, the name and more columns.
+        answer = (
+            doc | {"columns": []}
+            if start == 0
+            else {"table_name": doc["table_name"], "schema_name": doc["schema_name"], "columns": []}
+        )
+        held = columns[start:]
+        kept = pages.fit(answer, held, app.settings.server.answer_budget_bytes)
+        answer["columns"] = held[:kept]
+        now = pages.fingerprint([c["name"] for c in columns])
         return ok_json(
-            await describe_document(
-                app, schema_name, table_name, include_indexes, include_constraints
+            _paged(
+                answer,
+                "describe_table",
+                arguments,
+                what="columns",
+                start=start,
+                shown=kept,
+                total=len(columns),
+                listing=now,
+                changed=listing is not None and listing != now,
             )
         )
 
@@ -182,15 +321,31 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         except ColumnNotFoundError as exc:  # in where_clause: say which columns there are
             table = Relation(schema_name, table_name, None)
             raise await column_hint(app.db.session, exc, [table]) from None
+        # Rows past the answer budget are left out (a sample needs no cursor: ask again).
+        budget = app.settings.server.answer_budget_bytes
+        base = {"columns": sample.columns, "rows": [], "note": sample.note or ""}
+        kept = pages.fit(base, sample.rows, budget)
+        note = sample.note
+        if kept < len(sample.rows):
+            note = "; ".join(
+                filter(
+                    None,
+                    [
+                        note,
+                        f"{kept} of {len(sample.rows)} rows fit the {budget}-byte answer "
+                        "budget: ask for fewer rows or columns",
+                    ],
+                )
+            )
         return ok(
             GetSampleRowsOutput(
                 table_name=table_name,
                 schema_name=schema_name,
                 columns=sample.columns,
-                rows=sample.rows,
-                row_count=len(sample.rows),
+                rows=sample.rows[:kept],
+                row_count=kept,
                 total_table_rows=sample.total_table_rows,
-                note=sample.note,
+                note=note,
             )
         )
 

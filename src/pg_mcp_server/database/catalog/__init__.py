@@ -7,6 +7,7 @@
 - `names`: schema and table names for completions and prompts.
 - `server_info`: what the server resources report about PostgreSQL itself.
 - `erd`: entity-relationship diagrams as Mermaid text.
+- `pages`: catalog answers cut to the answer budget, and the cursor that continues them.
 
 The rest of the server imports these names from here (the face); the modules are
 imported on first use, so importing one part does not load the others."""
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.database.catalog import (
         erd as erd,
         names as names,
+        pages as pages,
         server_info as server_info,
         tables as tables,
     )
@@ -61,5 +63,5 @@ __getattr__ = face(
         "search": ["search_tables"],
         "tables": ["SNAPSHOT", "SnapshotCache"],
     },
-    modules=["erd", "names", "server_info", "tables"],
+    modules=["erd", "names", "pages", "server_info", "tables"],
 )

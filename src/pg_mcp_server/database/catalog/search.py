@@ -84,21 +84,35 @@ ranked AS (
     FROM (SELECT oid, ord, max(score) AS score FROM hits GROUP BY oid, ord) best
     GROUP BY best.oid
 ),
+-- How many match, and the ranked listing's fingerprint (its names in order: what a cursor into
+-- it must still see, see catalog/pages.py).
+summary AS (
+    SELECT count(*) AS total,
+           pg_catalog.md5(pg_catalog.array_agg(
+               pg_catalog.format('%I.%I', rel.nspname, rel.relname)
+               ORDER BY ranked.words DESC, ranked.score DESC, rel.nspname, rel.relname
+           )::pg_catalog.text) AS listing
+    FROM ranked JOIN rel ON rel.oid = ranked.oid
+),
 page AS (
-    SELECT ranked.*, rel.nspname, rel.relname, count(*) OVER () AS total
+    SELECT ranked.*, rel.nspname, rel.relname
     FROM ranked JOIN rel ON rel.oid = ranked.oid
     ORDER BY ranked.words DESC, ranked.score DESC, rel.nspname, rel.relname
-    LIMIT $2
+    LIMIT $2 OFFSET $4
 )
-SELECT r.nspname AS schema_name, r.relname AS table_name,
-       CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
-           WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-           WHEN 'f' THEN 'foreign table' END AS type,
-       pg_catalog.left(r.description, 200) AS description,
-       {column_lines("r", _BEST_COLUMNS, comment=True)} AS columns,
-       page.total
-FROM page JOIN rel r ON r.oid = page.oid
-ORDER BY page.words DESC, page.score DESC, page.nspname, page.relname
+-- One row of NULLs besides the summary when the page is empty.
+SELECT m.*, summary.total, summary.listing
+FROM summary LEFT JOIN LATERAL (
+    SELECT r.nspname AS schema_name, r.relname AS table_name,
+           CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
+               WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+               WHEN 'f' THEN 'foreign table' END AS type,
+           pg_catalog.left(r.description, 200) AS description,
+           {column_lines("r", _BEST_COLUMNS, comment=True)} AS columns,
+           page.words, page.score
+    FROM page JOIN rel r ON r.oid = page.oid
+) m ON true
+ORDER BY m.words DESC, m.score DESC, m.schema_name, m.table_name
 """,
 )
 
@@ -127,10 +141,12 @@ def search_words(query: str) -> list[str]:
 
 
 async def search_tables(
-    conn: asyncpg.Connection, query: str, limit: int
-) -> tuple[list[dict[str, Any]], int]:
-    """The best `limit` matches and how many tables match in all."""
+    conn: asyncpg.Connection, query: str, limit: int, offset: int = 0
+) -> tuple[list[dict[str, Any]], int, str]:
+    """The `limit` matches after the best `offset`, how many tables match in all, and the
+    ranked listing's fingerprint."""
     words = search_words(query)
-    rows = await conn.fetch(SEARCH, words, limit, [f"%{w}%" for w in words])
-    total = int(rows[0]["total"]) if rows else 0
-    return [{k: v for k, v in r.items() if k != "total"} for r in rows], total
+    rows = await conn.fetch(SEARCH, words, limit, [f"%{w}%" for w in words], offset)
+    shown = ("schema_name", "table_name", "type", "description", "columns")
+    matches = [{k: r[k] for k in shown} for r in rows if r["schema_name"] is not None]
+    return matches, int(rows[0]["total"]), rows[0]["listing"] or ""

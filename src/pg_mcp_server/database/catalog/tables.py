@@ -216,11 +216,15 @@ _LISTED = """c.relnamespace = n.oid AND c.relkind::text = ANY($2::text[])
 LIST_TABLES = statement(
     "catalog.tables.LIST_TABLES",
     f"""
-SELECT t.*, counted.total
+SELECT t.*, counted.total, counted.listing
 FROM pg_catalog.pg_namespace n
 -- Counted once for the schema (in the select list it would run once per row).
 CROSS JOIN LATERAL (
-    SELECT count(*)::int AS total FROM pg_catalog.pg_class c WHERE {_LISTED}
+    SELECT count(*)::int AS total,
+           -- The listing's names in order: what a cursor into it must still see (pages.py).
+           pg_catalog.md5(pg_catalog.array_agg(c.relname ORDER BY c.relname)::pg_catalog.text)
+               AS listing
+    FROM pg_catalog.pg_class c WHERE {_LISTED}
 ) counted
 LEFT JOIN LATERAL (
     SELECT c.oid FROM pg_catalog.pg_class c WHERE {_LISTED}
@@ -482,16 +486,21 @@ async def list_tables(
     limit: int,
     offset: int,
     include_columns: bool = False,
-) -> tuple[list[dict[str, Any]], int]:
-    """One page of the schema's tables and the number of all that match."""
+) -> tuple[list[dict[str, Any]], int, str]:
+    """One page of the schema's tables, the number of all that match, and the listing's
+    fingerprint."""
     kinds = RELKINDS_ALL if include_views else RELKINDS_TABLES
     rows = await conn.fetch(
         LIST_TABLES, schema, kinds, name_pattern, limit, offset, include_columns
     )
     if not rows:
         raise await missing_schema(conn, schema)
-    tables = [{k: v for k, v in r.items() if k != "total"} for r in rows if r["name"] is not None]
-    return tables, rows[0]["total"]
+    tables = [
+        {k: v for k, v in r.items() if k not in ("total", "listing")}
+        for r in rows
+        if r["name"] is not None
+    ]
+    return tables, rows[0]["total"], rows[0]["listing"] or ""
 
 
 class SnapshotCache:

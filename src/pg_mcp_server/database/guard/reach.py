@@ -662,7 +662,9 @@ class _Walk:
         elif kind == FAMILY:
             procs, oprs = self.c.families.get(oid, ([], []))
             for f in procs:
-                self.add((FUNCTION, f), obj)
+                proc = self.c.functions.get(f)
+                if proc is None or not self.judge.index_support(proc):
+                    self.add((FUNCTION, f), obj)
             for op in oprs:
                 self.add((OPERATOR, op), obj)
         elif kind == CAST:

@@ -141,6 +141,7 @@ FUNCTION, OPERATOR, TYPE, RELATION, ROW, FAMILY, CAST = (
 Obj = tuple[str, int]
 ALL_SCHEMAS = "*"  # database_to_xml: every schema a reader sees
 _OID = 26  # pg_catalog.oid
+_INTERNAL = 2281  # pg_catalog.internal
 MISSING = "missing"  # (MISSING, type oid): a type not in the catalog, in Judge.clean's walk
 DRIVER = "driver"  # (DRIVER, 0): the driver's own catalog query, see _driver_lookup
 
@@ -227,6 +228,16 @@ class Judge:
             or f.owner in trusted
             or (f.extension_member and f.extension_owner in trusted)
         )
+
+    def index_support(self, f: Function) -> bool:
+        """Whether a function in an operator family is one only its index access method calls:
+        it takes `internal`, which no SQL expression can produce (PostgreSQL lets only a
+        function that takes `internal` return it), so the statement cannot call it, only the
+        access method's C code can. pgvector's `ivfflat_*_support(internal)` are such, left
+        VOLATILE because their CREATE FUNCTION says nothing; following them refused every
+        query that uses a pgvector operator. Only a trusted function (operator families are
+        changed by superusers only, but a superuser may add a function someone else owns)."""
+        return self._trusted(f) and _INTERNAL in f.types[: f.nargs]
 
     def _harmless(self, f: Function) -> bool:
         return (f.oid < FIRST_USER_OID or (f.extension_member and self._trusted(f))) and (

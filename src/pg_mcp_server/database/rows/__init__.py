@@ -51,6 +51,8 @@ if TYPE_CHECKING:
         sample_rows as sample_rows,
     )
     from pg_mcp_server.database.rows.values import (
+        cut_marker as cut_marker,
+        cut_text as cut_text,
         from_driver as from_driver,
         type_name as type_name,
     )
@@ -64,7 +66,7 @@ __getattr__ = face(
         "reader": ["judge_hidden", "query_hash", "QueryResult", "Reader", "scrubbed", "Shapes"],
         "redaction": ["mask_query", "mask_setting"],
         "sampling": ["sample_rows"],
-        "values": ["from_driver", "type_name"],
+        "values": ["cut_marker", "cut_text", "from_driver", "type_name"],
     },
     modules=["rewrite", "values"],
 )
