@@ -37,7 +37,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -186,28 +186,20 @@ def _digest(owner: str) -> str:
 
 
 class RedisResultStore:
-    """`ResultStore` over Redis or Valkey; build it with `open`."""
+    """`ResultStore` over Redis or Valkey. The constructor does no I/O (the client connects
+    at its first command); `check` (or `open`, which does both) asks the store to answer."""
 
-    def __init__(self, client: Redis, limits: Limits, where: str, password: str | None) -> None:
-        self._client = client
-        self._limits = limits
-        self._where = where
-        self._password = password
-        self._idle_ms = max(1, round(limits.idle_seconds * 1000))
-        self._put = client.register_script(_PUT)
-        self._page = client.register_script(_PAGE)
-        self._failing = False
-
-    @classmethod
-    async def open(cls, url: str, limits: Limits) -> RedisResultStore:
-        """Connect to the store at `url` and check that it answers (PING) and takes the
-        scripts. Raises ValueError for a URL that is not redis:// or rediss://, and
-        `StoreUnavailable` (naming the store without its password) when it does not answer."""
-        where = describe(url)
-        if urlsplit(url).scheme not in ("redis", "rediss"):
-            raise ValueError(f"not a redis:// or rediss:// URL: {where}")
+    def __init__(self, url: str, limits: Limits) -> None:
+        """Raises ValueError for a URL that is not redis:// or rediss:// or that the client
+        cannot read (the message shows the URL without its password)."""
+        self.where = describe(url)
+        parts = urlsplit(url)
+        if parts.scheme not in ("redis", "rediss"):
+            raise ValueError(f"not a redis:// or rediss:// URL: {self.where}")
+        secret = parts.password
+        self._secrets = [s for s in {secret, unquote(secret or "")} if s]
         try:
-            client = Redis.from_url(
+            self._client = Redis.from_url(
                 url,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=TIMEOUT_S,
@@ -216,19 +208,38 @@ class RedisResultStore:
                 retry=Retry(ExponentialBackoff(cap=0.2, base=0.05), 1),
             )
         except ValueError as exc:
-            raise ValueError(f"invalid result store URL {where}: {exc}") from None
-        store = cls(client, limits, where, urlsplit(url).password)
+            raise ValueError(f"{self.where}: {self._scrub(str(exc))}") from None
+        self._limits = limits
+        self._idle_ms = max(1, round(limits.idle_seconds * 1000))
+        self._put = self._client.register_script(_PUT)
+        self._page = self._client.register_script(_PAGE)
+        self._failing = False
+
+    @classmethod
+    async def open(cls, url: str, limits: Limits) -> RedisResultStore:
+        """A store at `url` that answered `check`."""
+        store = cls(url, limits)
         try:
-            await client.ping()
-            for script in (_PUT, _PAGE):
-                await client.script_load(script)
-        except redis_errors.RedisError as exc:
-            await client.aclose()
-            raise StoreUnavailable(
-                f"cannot use the result store at {where}: {trouble(exc)} ({store._scrub(str(exc))})"
-            ) from None
-        logger.info("result store: %s", where)
+            await store.check()
+        except StoreUnavailable:
+            await store.close()
+            raise
         return store
+
+    async def check(self) -> None:
+        """Ask the store to answer (PING) and to take the scripts, so that a wrong address,
+        password or TLS setting shows at start. Raises `StoreUnavailable` naming the store
+        (without its password) and the trouble."""
+        try:
+            await self._client.ping()
+            for script in (_PUT, _PAGE):
+                await self._client.script_load(script)
+        except redis_errors.RedisError as exc:
+            raise StoreUnavailable(
+                f"cannot use the result store at {self.where}: {trouble(exc)} "
+                f"({self._scrub(str(exc))})"
+            ) from None
+        logger.info("result store: %s", self.where)
 
     async def put(self, owner: str, pages: Sequence[bytes]) -> str:
         size = sum(len(page) for page in pages)
@@ -281,8 +292,8 @@ class RedisResultStore:
 
     def _scrub(self, text: str) -> str:
         """`text` (a driver's message) bounded, and without the password if it were in it."""
-        if self._password:
-            text = text.replace(self._password, "***")
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
         return text[:200]
 
     def _failed(self, exc: Exception) -> None:
@@ -291,7 +302,7 @@ class RedisResultStore:
             self._failing = True
             logger.warning(
                 "result store %s failed: %s (%s: %s); paging is unavailable until it answers",
-                self._where,
+                self.where,
                 trouble(exc),
                 type(exc).__name__,
                 self._scrub(str(exc)),
@@ -300,4 +311,4 @@ class RedisResultStore:
     def _answered(self) -> None:
         if self._failing:
             self._failing = False
-            logger.info("result store %s answers again; paging is available", self._where)
+            logger.info("result store %s answers again; paging is available", self.where)
