@@ -53,8 +53,8 @@ from test_guard_races import (
     bed,
     held_while,
     race,
+    server as server_in_process,
 )
-from test_guard_races import server as server_in_process
 from test_http import serve as serve_http
 
 from pg_mcp_server.config import APPLICATION_NAME

@@ -35,7 +35,7 @@ from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.signals import Signals, Stop
 
 if TYPE_CHECKING:
-    from pg_mcp_server.database.pool.audit import RoleAudit
+    from pg_mcp_server.database.pool import RoleAudit
     from pg_mcp_server.server import PgMcp
 
 # Where a setting can also come from a flag, its messages name both.
@@ -190,7 +190,7 @@ async def audited(settings: Settings, wait: float | None = None) -> RoleAudit:
     not answer within `wait` seconds)."""
     import anyio
 
-    from pg_mcp_server.database.pool.audit import RoleAudit
+    from pg_mcp_server.database.pool import RoleAudit
 
     audit = RoleAudit()
     with anyio.move_on_after(wait) as waited:
@@ -212,7 +212,7 @@ def check_role(settings: Settings) -> list[str] | None:
     lifespan then audits again in the background; see database/pool/audit.py)."""
     import anyio
 
-    from pg_mcp_server.database.pool.audit import refusal
+    from pg_mcp_server.database.pool import refusal
 
     # `initialize` waits for this: a few seconds at most (a host that never answers would
     # hold it for PG_CONNECT_TIMEOUT), since every new pooled connection checks the role's

@@ -16,12 +16,10 @@ from mcp.server.mcpserver import Context
 from pg_mcp_server.config import Settings
 
 if TYPE_CHECKING:
-    from pg_mcp_server.database.catalog.joinpaths import GraphCache
-    from pg_mcp_server.database.catalog.tables import SnapshotCache
-    from pg_mcp_server.database.guard.gate import SqlGuard
-    from pg_mcp_server.database.pool.audit import RoleAudit
-    from pg_mcp_server.database.pool.engine import Database
-    from pg_mcp_server.database.rows.reader import Reader, Shapes
+    from pg_mcp_server.database.catalog import GraphCache, SnapshotCache
+    from pg_mcp_server.database.guard import SqlGuard
+    from pg_mcp_server.database.pool import Database, RoleAudit
+    from pg_mcp_server.database.rows import Reader, Shapes
 
 
 class AppContext:
@@ -42,7 +40,7 @@ class AppContext:
 
     @cached_property
     def db(self) -> Database:
-        from pg_mcp_server.database.pool.engine import Database
+        from pg_mcp_server.database.pool import Database
 
         return Database(
             self.settings.database,
@@ -51,7 +49,7 @@ class AppContext:
 
     @cached_property
     def guard(self) -> SqlGuard:
-        from pg_mcp_server.database.guard.gate import SqlGuard
+        from pg_mcp_server.database.guard import SqlGuard
 
         server = self.settings.server
         return SqlGuard(
@@ -62,14 +60,14 @@ class AppContext:
 
     @cached_property
     def graph(self) -> GraphCache:
-        from pg_mcp_server.database.catalog.joinpaths import GraphCache
+        from pg_mcp_server.database.catalog import GraphCache
 
         return GraphCache()
 
     @cached_property
     def described(self) -> SnapshotCache:
         """describe_table answers, reused while nothing has committed since."""
-        from pg_mcp_server.database.catalog.tables import SnapshotCache
+        from pg_mcp_server.database.catalog import SnapshotCache
 
         return SnapshotCache()
 
@@ -77,7 +75,7 @@ class AppContext:
     def shapes(self) -> Shapes:
         """Described statements (execute_query, get_sample_rows, explain_query), see
         rows/reader.py's Shapes."""
-        from pg_mcp_server.database.rows.reader import Shapes
+        from pg_mcp_server.database.rows import Shapes
 
         return Shapes()
 
@@ -85,8 +83,7 @@ class AppContext:
     def reader(self) -> Reader:
         """How every tool reads rows: the pool, the guard, the budget and the redaction
         pattern in one object (see rows/reader.py)."""
-        from pg_mcp_server.database.rows.output import Budget
-        from pg_mcp_server.database.rows.reader import Reader
+        from pg_mcp_server.database.rows import Budget, Reader
 
         server = self.settings.server
         budget = Budget(rows=server.max_rows, bytes=server.max_result_bytes)

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.custom.build import Loaded
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
-    from pg_mcp_server.database.pool.engine import Database
+    from pg_mcp_server.database.pool import Database
     from pg_mcp_server.primitives.registry import Registry
     from pg_mcp_server.tools.registry import ToolDef
 
@@ -268,7 +268,7 @@ class PgMcp:
     async def _lifespan(self, _: Server[AppContext]) -> AsyncIterator[AppContext]:
         audit = None
         if self.role_warnings is None:
-            from pg_mcp_server.database.pool.audit import RoleAudit
+            from pg_mcp_server.database.pool import RoleAudit
 
             audit = RoleAudit()
         app = AppContext(

@@ -46,7 +46,7 @@ from pg_mcp_server.custom.specs import (
     ResourceSpec,
     ToolSpec,
 )
-from pg_mcp_server.database.catalog.names import Names
+from pg_mcp_server.database.catalog import Names
 from pg_mcp_server.errors import DatabaseConnectionError, InvalidSqlError, ParameterError
 from pg_mcp_server.primitives.registry import (
     Argument,

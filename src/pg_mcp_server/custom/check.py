@@ -35,8 +35,8 @@ from pg_mcp_server.custom.specs import (
     ToolSpec,
     Where,
 )
-from pg_mcp_server.database.pool.engine import Database
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.pool import Database
+from pg_mcp_server.database.sql import statement
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)

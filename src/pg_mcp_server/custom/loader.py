@@ -41,8 +41,13 @@ from pg_mcp_server.custom.specs import (
     ToolType,
     Where,
 )
-from pg_mcp_server.custom.yamlfile import Located, LocatedList, YamlProblem, to_plain
-from pg_mcp_server.custom.yamlfile import load as load_yaml
+from pg_mcp_server.custom.yamlfile import (
+    Located,
+    LocatedList,
+    YamlProblem,
+    load as load_yaml,
+    to_plain,
+)
 
 T = TypeVar("T")
 

@@ -24,7 +24,7 @@ from pg_mcp_server.custom.build import Loaded, build
 from pg_mcp_server.custom.check import check
 from pg_mcp_server.custom.loader import read
 from pg_mcp_server.custom.specs import DefinitionsError, Reserved
-from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.database.pool import Database
 from pg_mcp_server.errors import DatabaseConnectionError
 
 logger = logging.getLogger(__name__)

@@ -43,8 +43,8 @@ import asyncpg
 from pglast import ast, enums, parse_sql
 from pglast.stream import RawStream
 
-from pg_mcp_server.database.guard.facts import OPEN_SCHEMA, TRUSTED_ROLES
-from pg_mcp_server.database.sql.pinned import (
+from pg_mcp_server.database.guard import OPEN_SCHEMA, TRUSTED_ROLES
+from pg_mcp_server.database.sql import (
     Kind,
     UnpinnableSqlError,
     pin,

@@ -36,12 +36,9 @@ import asyncpg
 
 from pg_mcp_server.custom import plcode
 from pg_mcp_server.custom.resolve import SET_PATH, SET_RESTRICTED
-from pg_mcp_server.database.catalog.names import MAX_VALUES, Names
-from pg_mcp_server.database.pool.engine import Database
-from pg_mcp_server.database.pool.errors import translate
-from pg_mcp_server.database.rows.output import answer
-from pg_mcp_server.database.rows.params import bind
-from pg_mcp_server.database.rows.values import from_driver, type_name
+from pg_mcp_server.database.catalog import MAX_VALUES, Names
+from pg_mcp_server.database.pool import Database, translate
+from pg_mcp_server.database.rows import answer, bind, from_driver, type_name
 from pg_mcp_server.errors import (
     ConnectionLostError,
     DatabaseConnectionError,
@@ -53,7 +50,7 @@ from pg_mcp_server.errors import (
 )
 
 if TYPE_CHECKING:  # (the guard's modules load on first use, see app.py)
-    from pg_mcp_server.database.rows.reader import Reader
+    from pg_mcp_server.database.rows import Reader
 
 _COMPLETION_SCAN = 1000  # rows read from a completion query that does not filter by $1
 

@@ -19,7 +19,7 @@ from typing import Any
 from mcp_types import PromptMessage, TextContent
 
 from pg_mcp_server.database.catalog import names
-from pg_mcp_server.database.guard.gate import quote_ident
+from pg_mcp_server.database.guard import quote_ident
 from pg_mcp_server.primitives.registry import Argument, PromptDef, Request
 
 SCHEMA = Argument("schema", "Schema of the table (default: the server's default schema)", "schema")

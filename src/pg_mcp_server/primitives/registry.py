@@ -38,18 +38,18 @@ from mcp_types import (
     CallToolResult,
     Completion,
     GetPromptResult,
+    Prompt as McpPrompt,
+    PromptArgument as McpPromptArgument,
     PromptMessage,
     PromptReference,
     ReadResourceResult,
+    Resource as McpResource,
+    ResourceTemplate as McpResourceTemplate,
     ResourceTemplateReference,
     TextContent,
     TextResourceContents,
+    Tool as McpTool,
 )
-from mcp_types import Prompt as McpPrompt
-from mcp_types import PromptArgument as McpPromptArgument
-from mcp_types import Resource as McpResource
-from mcp_types import ResourceTemplate as McpResourceTemplate
-from mcp_types import Tool as McpTool
 
 from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import names

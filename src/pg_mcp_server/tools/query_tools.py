@@ -10,10 +10,8 @@ from pydantic import Field
 
 from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.explain.plans import explain
-from pg_mcp_server.database.rows.hints import column_hint, function_hint, relations
-from pg_mcp_server.database.rows.output import answer
-from pg_mcp_server.database.rows.reader import query_hash
+from pg_mcp_server.database.explain import explain
+from pg_mcp_server.database.rows import answer, column_hint, function_hint, query_hash, relations
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     InvalidSqlError,

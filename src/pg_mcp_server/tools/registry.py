@@ -24,8 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, get_args
 
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from mcp_types import Tool as McpTool
+from mcp_types import CallToolResult, TextContent, Tool as McpTool, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from pg_mcp_server.errors import ParameterError, PgMcpError, to_pg_error

@@ -8,14 +8,15 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database.catalog.joinpaths import (
+from pg_mcp_server.database.catalog import (
     MAX_DEPTH,
     PATH_CAP,
     Path,
+    fan_out_notes,
+    foreign_keys_of,
+    join_sql,
     no_path,
 )
-from pg_mcp_server.database.catalog.joinsql import fan_out_notes, join_sql
-from pg_mcp_server.database.catalog.keys import foreign_keys_of
 from pg_mcp_server.models.relationships import (
     FindJoinPathOutput,
     ForeignKeyRelation,

@@ -15,10 +15,8 @@ from mcp_types import CallToolResult
 from pydantic import Field
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.catalog.search import search_tables as search
-from pg_mcp_server.database.rows.hints import Relation, column_hint
-from pg_mcp_server.database.rows.sampling import sample_rows
+from pg_mcp_server.database.catalog import search_tables as search, tables as catalog
+from pg_mcp_server.database.rows import Relation, column_hint, sample_rows
 from pg_mcp_server.errors import ColumnNotFoundError
 from pg_mcp_server.models.schema import (
     DescribeTableOutput,

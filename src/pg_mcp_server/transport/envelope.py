@@ -28,8 +28,7 @@ from typing import Any
 import pydantic_core
 from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
 
-from pg_mcp_server.transport.idscan import MAX_ID, addressee
-from pg_mcp_server.transport.idscan import usable_id as _usable_id
+from pg_mcp_server.transport.idscan import MAX_ID, addressee, usable_id as _usable_id
 
 __all__ = ["INVALID_REQUEST", "MAX_DEPTH", "MAX_ID", "Rejection", "check", "log", "parse"]
 

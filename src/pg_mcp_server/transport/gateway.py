@@ -32,7 +32,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pg_mcp_server.config import ServerSettings, Settings
-from pg_mcp_server.database.pool.engine import Database, request_backends
+from pg_mcp_server.database.pool import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.server import PgMcp
 from pg_mcp_server.transport import envelope

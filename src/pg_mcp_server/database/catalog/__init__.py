@@ -6,4 +6,58 @@
 - `search`: search_tables.
 - `names`: schema and table names for completions and prompts.
 - `server_info`: what the server resources report about PostgreSQL itself.
-"""
+
+The rest of the server imports these names from here (the face); the modules are
+imported on first use, so importing one part does not load the others."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pg_mcp_server.database import face
+
+if TYPE_CHECKING:
+    # modules the rest uses as namespaces (`catalog.describe_table`, `sqltree.walk`)
+    from pg_mcp_server.database.catalog import (
+        names as names,
+        server_info as server_info,
+        tables as tables,
+    )
+    from pg_mcp_server.database.catalog.joinpaths import (
+        MAX_DEPTH as MAX_DEPTH,
+        PATH_CAP as PATH_CAP,
+        GraphCache as GraphCache,
+        Path as Path,
+        no_path as no_path,
+    )
+    from pg_mcp_server.database.catalog.joinsql import (
+        fan_out_notes as fan_out_notes,
+        join_sql as join_sql,
+    )
+    from pg_mcp_server.database.catalog.keys import (
+        foreign_keys_of as foreign_keys_of,
+    )
+    from pg_mcp_server.database.catalog.names import (
+        MAX_VALUES as MAX_VALUES,
+        Names as Names,
+    )
+    from pg_mcp_server.database.catalog.search import (
+        search_tables as search_tables,
+    )
+    from pg_mcp_server.database.catalog.tables import (
+        SNAPSHOT as SNAPSHOT,
+        SnapshotCache as SnapshotCache,
+    )
+
+__getattr__ = face(
+    __name__,
+    {
+        "joinpaths": ["GraphCache", "MAX_DEPTH", "no_path", "Path", "PATH_CAP"],
+        "joinsql": ["fan_out_notes", "join_sql"],
+        "keys": ["foreign_keys_of"],
+        "names": ["MAX_VALUES", "Names"],
+        "search": ["search_tables"],
+        "tables": ["SNAPSHOT", "SnapshotCache"],
+    },
+    modules=["names", "server_info", "tables"],
+)

@@ -15,7 +15,7 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.catalog.tables import FK_ACTION, KEY_COLUMNS, SERVER_RUN, SNAPSHOT
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.sql import statement
 
 # One row per foreign key, partitions folded onto their root; `{where}` narrows it.
 FK_ROWS = f"""

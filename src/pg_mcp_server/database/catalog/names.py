@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.sql import statement
 
 MAX_VALUES = 100  # names a completion returns (the protocol's limit)
 NAME_BYTES = 63  # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes

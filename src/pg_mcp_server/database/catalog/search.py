@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog.tables import column_lines
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.sql import statement
 from pg_mcp_server.errors import ParameterError
 
 MAX_WORDS = 8

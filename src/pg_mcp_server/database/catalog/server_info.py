@@ -17,8 +17,8 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.rows.redaction import mask_query, mask_setting
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.rows import mask_query, mask_setting
+from pg_mcp_server.database.sql import statement
 
 # Settings an agent commonly needs (planner costs and memory, timeouts, locale, search path,
 # replication level), listed even when they are at their defaults. Names a server does not

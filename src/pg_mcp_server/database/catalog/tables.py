@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.sql import statement
 from pg_mcp_server.errors import (
     SchemaNotFoundError,
     TableNotFoundError,

@@ -21,13 +21,10 @@ import yaml
 from pglast import ast, parse_sql
 
 from pg_mcp_server.database.explain.text import render
-from pg_mcp_server.database.guard.gate import SqlGuard
-from pg_mcp_server.database.pool.engine import Database
-from pg_mcp_server.database.rows import rewrite
-from pg_mcp_server.database.rows.params import bind
-from pg_mcp_server.database.rows.reader import Shapes, judge_hidden, scrubbed
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.database.pool import Database
+from pg_mcp_server.database.rows import Shapes, bind, judge_hidden, rewrite, scrubbed
+from pg_mcp_server.database.sql import statement, tree as sqltree
 from pg_mcp_server.errors import ParameterError
 
 LARGE_TABLE = 10_000  # rows: a sequential scan above this is worth a warning

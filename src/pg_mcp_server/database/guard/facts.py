@@ -26,9 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import asyncpg
 
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import statement
-from pg_mcp_server.database.sql.refs import Refs, refs_of
+from pg_mcp_server.database.sql import Refs, refs_of, statement, tree as sqltree
 
 # Objects with smaller oids were made by initdb (PostgreSQL's FirstNormalObjectId): they change
 # only by a superuser editing the system catalogs, so the per-call digest skips them.

@@ -24,10 +24,8 @@ from pglast import ast, parse_sql, parser, stream, visitors
 
 from pg_mcp_server.database.guard.rules import RELATION, TYPE, Refusal
 from pg_mcp_server.database.guard.state import GuardState
-from pg_mcp_server.database.pool.engine import Prelude
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.refs import Refs, refs_of
-from pg_mcp_server.database.sql.tree import walk
+from pg_mcp_server.database.pool import Prelude
+from pg_mcp_server.database.sql import Refs, refs_of, tree as sqltree, walk
 from pg_mcp_server.errors import InvalidSqlError, PgMcpError, WriteOperationDeniedError
 
 # PRD 8.1: these words are refused even inside comments (an agent hiding intent, or a

@@ -55,8 +55,7 @@ from pg_mcp_server.database.guard.rules import (
     Refusal,
     suggestion_for,
 )
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.refs import Call, Name, Refs, refs_of, select_refs
+from pg_mcp_server.database.sql import Call, Name, Refs, refs_of, select_refs, tree as sqltree
 
 _NAMES_AT_RUN_TIME = (
     "runs what an argument's value names (a relation, a schema, a type or SQL text)"

@@ -20,8 +20,7 @@ from pg_mcp_server.database.guard.facts import (
     TreeRefs,
     tree_refs,
 )
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.refs import Refs, plpgsql_refs, refs_of
+from pg_mcp_server.database.sql import Refs, plpgsql_refs, refs_of, tree as sqltree
 
 # Volatile, but harmless for a reader: nothing outlives the rolled-back transaction, nothing
 # outside the database is touched, and pg_sleep is bounded by the statement timeout. Only

@@ -34,7 +34,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.catalog.tables import SNAPSHOT
+from pg_mcp_server.database.catalog import SNAPSHOT
 from pg_mcp_server.database.guard.facts import (
     FIRST_USER_OID,
     NOT_A_TABLE_ROW_TYPE,
@@ -52,15 +52,14 @@ from pg_mcp_server.database.guard.facts import (
 )
 from pg_mcp_server.database.guard.reach import Plan, plan
 from pg_mcp_server.database.guard.rules import FUNCTION, OPERATOR, RELATION, ROW, TYPE, Judge
-from pg_mcp_server.database.pool.engine import (
+from pg_mcp_server.database.pool import (
     Prelude,
     Transaction,
     lock_wait_error,
     send_locks,
     transaction_of,
 )
-from pg_mcp_server.database.sql.pinned import statement
-from pg_mcp_server.database.sql.refs import Refs
+from pg_mcp_server.database.sql import Refs, statement
 from pg_mcp_server.errors import WriteOperationDeniedError
 
 logger = logging.getLogger(__name__)

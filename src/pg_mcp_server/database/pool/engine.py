@@ -45,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from pg_mcp_server.config import DatabaseSettings
 from pg_mcp_server.database.pool.connect import connect
 from pg_mcp_server.database.pool.errors import translate
-from pg_mcp_server.database.sql.pinned import statement
+from pg_mcp_server.database.sql import statement
 from pg_mcp_server.errors import (
     ConnectionLostError,
     DatabaseConnectionError,

@@ -9,4 +9,61 @@
 - `sampling`: get_sample_rows.
 - `redaction`, `lineage`: where sensitive values come from and which outputs carry them.
 - `hints`: errors that carry the fix.
-"""
+
+The rest of the server imports these names from here (the face); the modules are
+imported on first use, so importing one part does not load the others."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pg_mcp_server.database import face
+
+if TYPE_CHECKING:
+    # modules the rest uses as namespaces (`catalog.describe_table`, `sqltree.walk`)
+    from pg_mcp_server.database.rows import rewrite as rewrite, values as values
+    from pg_mcp_server.database.rows.hints import (
+        Relation as Relation,
+        column_hint as column_hint,
+        function_hint as function_hint,
+        relations as relations,
+    )
+    from pg_mcp_server.database.rows.output import (
+        Budget as Budget,
+        answer as answer,
+    )
+    from pg_mcp_server.database.rows.params import (
+        bind as bind,
+    )
+    from pg_mcp_server.database.rows.reader import (
+        Reader as Reader,
+        Shapes as Shapes,
+        judge_hidden as judge_hidden,
+        query_hash as query_hash,
+        scrubbed as scrubbed,
+    )
+    from pg_mcp_server.database.rows.redaction import (
+        mask_query as mask_query,
+        mask_setting as mask_setting,
+    )
+    from pg_mcp_server.database.rows.sampling import (
+        sample_rows as sample_rows,
+    )
+    from pg_mcp_server.database.rows.values import (
+        from_driver as from_driver,
+        type_name as type_name,
+    )
+
+__getattr__ = face(
+    __name__,
+    {
+        "hints": ["column_hint", "function_hint", "Relation", "relations"],
+        "output": ["answer", "Budget"],
+        "params": ["bind"],
+        "reader": ["judge_hidden", "query_hash", "Reader", "scrubbed", "Shapes"],
+        "redaction": ["mask_query", "mask_setting"],
+        "sampling": ["sample_rows"],
+        "values": ["from_driver", "type_name"],
+    },
+    modules=["rewrite", "values"],
+)

@@ -18,8 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.sql.pinned import statement
-from pg_mcp_server.database.sql.tree import parse, walk
+from pg_mcp_server.database.sql import parse, statement, walk
 from pg_mcp_server.errors import (
     ColumnNotFoundError,
     InvalidSqlError,

@@ -37,11 +37,10 @@ from pg_mcp_server.database.rows.redaction import (
     Facts,
     Key,
     Relation,
+    node as _node,
     wanted,
 )
-from pg_mcp_server.database.rows.redaction import node as _node
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.tree import names
+from pg_mcp_server.database.sql import names, tree as sqltree
 from pg_mcp_server.errors import PermissionDeniedError
 
 # Functions that pass a value on without looking at it (no error or branch depends on it).

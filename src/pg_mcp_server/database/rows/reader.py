@@ -29,9 +29,8 @@ from typing import Any
 import asyncpg
 from pglast import ast
 
-from pg_mcp_server.database.guard.gate import SqlGuard
-from pg_mcp_server.database.pool.engine import Database, StatementChangedError
-from pg_mcp_server.database.pool.errors import translate
+from pg_mcp_server.database.guard import SqlGuard
+from pg_mcp_server.database.pool import Database, StatementChangedError, translate
 from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
 from pg_mcp_server.database.rows.output import Budget
 from pg_mcp_server.database.rows.params import bind

@@ -25,9 +25,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.rows.values import REDACTED
-from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.database.sql.pinned import statement
-from pg_mcp_server.database.sql.tree import names
+from pg_mcp_server.database.sql import names, statement, tree as sqltree
 
 # Catalog columns that hold credentials (a foreign server's or user mapping's options may
 # include `password`, a subscription's connection string too): always sensitive.

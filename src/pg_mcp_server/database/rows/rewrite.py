@@ -41,7 +41,7 @@ from typing import Any
 
 from pglast import ast, enums, parse_sql, stream
 
-from pg_mcp_server.database.sql.pinned import pin_tree
+from pg_mcp_server.database.sql import pin_tree
 from pg_mcp_server.errors import InvalidSqlError
 
 SENTINEL = "__pgmcp_end"

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
-from pg_mcp_server.database.guard.gate import quote_ident
+from pg_mcp_server.database.guard import quote_ident
 from pg_mcp_server.database.rows import values
 from pg_mcp_server.database.rows.reader import Reader, Rows
 from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
