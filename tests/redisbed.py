@@ -25,7 +25,7 @@ def available() -> bool:
     return Path(BINARY).is_file()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -69,7 +69,7 @@ class RedisServer:
 
 def start_redis(password: str | None = None, port: int | None = None) -> RedisServer:
     """A new redis-server on 127.0.0.1 at `port` (else a free one), answering PING."""
-    port = port or _free_port()
+    port = port or free_port()
     log = Path(tempfile.mkstemp(prefix="pgmcp-redis-", suffix=".log")[1])
     argv = [BINARY, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
     argv += ["--appendonly", "no", "--logfile", str(log), "--dir", tempfile.gettempdir()]
