@@ -53,7 +53,15 @@ DEMO_PLACEHOLDER = "postgresql://demo@localhost/demo"
 # Removed from this process's environment once read, so no child process inherits them.
 # Longest the role audit may hold up the start (see check_role).
 START_AUDIT_S = 5.0
-SECRET_VARIABLES = ("PG_DSN", "DATABASE_URL", "PG_PASSWORD", "MCP_AUTH_TOKENS")
+# Kept out of children's environment and of the banner's command. MCP_RESULT_STORE: a
+# redis:// URL may hold the store's password.
+SECRET_VARIABLES = (
+    "PG_DSN",
+    "DATABASE_URL",
+    "PG_PASSWORD",
+    "MCP_AUTH_TOKENS",
+    "MCP_RESULT_STORE",
+)
 
 
 class ConfigError(Exception):

@@ -1,0 +1,119 @@
+"""Paging that survives scale-out (issue 22): two HTTP server processes, one PostgreSQL.
+
+With `MCP_RESULT_STORE` naming one redis-server, a result made by execute_query on one replica
+is paged to the end on the other, every row once and in order, and only for the caller's own
+token. With the in-process store, the page asked of the other replica answers RESULT_EXPIRED
+with the fix (run the query again), never rows.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx2 as httpx
+import psutil
+import pytest_asyncio
+from eventually import wait_for
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcpclient import call, module_database
+from pgbed import PgServer
+from redisbed import free_port
+from serverproc import clean_env, http_answers
+
+EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
+TOKENS = ("token-of-alice-5d1e", "token-of-bob-9c2f")
+ROWS = 3000
+SQL = "SELECT id, label FROM wide ORDER BY id"
+# 3,000 rows of ~120 bytes of JSON each: several pages of the 80,000-byte answer budget.
+SETUP = f"""
+CREATE TABLE wide (id int PRIMARY KEY, label text NOT NULL);
+INSERT INTO wide SELECT g, 'row ' || g || ' ' || repeat('y', 100) FROM generate_series(1, {ROWS}) g;
+ANALYZE wide;
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def dsn(pg: PgServer) -> AsyncIterator[str]:
+    async with module_database(pg, "replicas", SETUP) as made:
+        yield made
+
+
+@dataclass
+class Replica:
+    mcp: str
+    proc: subprocess.Popen[bytes]
+
+
+@contextmanager
+def replica(dsn: str, store: str, log: Path, *args: str) -> Iterator[Replica]:
+    """One server process over HTTP with the given result store."""
+    port = free_port()
+    env = clean_env(MCP_RESULT_STORE=store, MCP_AUTH_TOKENS=",".join(TOKENS))
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [EXECUTABLE, "--transport", "http", "--port", str(port), "--dsn", dsn, *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            assert wait_for(lambda: http_answers(proc, base), 60), log.read_text()[-3000:]
+            yield Replica(base + "/mcp", proc)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(15)
+
+
+@contextmanager
+def two_replicas(dsn: str, store: str, logs: Path) -> Iterator[tuple[str, str]]:
+    with ExitStack() as stack:
+        first = stack.enter_context(replica(dsn, store, logs / "first.log"))
+        second = stack.enter_context(replica(dsn, store, logs / "second.log"))
+        yield first.mcp, second.mcp
+
+
+@asynccontextmanager
+async def client(url: str, token: str) -> AsyncIterator[Client]:
+    async with (
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http,
+        Client(streamable_http_client(url, http_client=http)) as session,
+    ):
+        yield session
+
+
+async def test_the_store_password_reaches_no_worker_and_no_log(
+    dsn: str, redis_url: str, tmp_path: Path
+) -> None:
+    """MCP_RESULT_STORE may hold a password: like PG_DSN, it is not in the workers'
+    environment (they get the settings as an argument) and not in what the server logs."""
+    password = urlsplit(redis_url).password
+    assert password
+    log = tmp_path / "server.log"
+    with replica(dsn, redis_url, log, "--workers", "2", "--log-level", "DEBUG") as running:
+        workers: list[psutil.Process] = []
+
+        def two() -> bool:
+            nonlocal workers
+            children = psutil.Process(running.proc.pid).children()
+            workers = [c for c in children if "spawn_main" in " ".join(c.cmdline())]
+            return len(workers) >= 2
+
+        assert wait_for(two, 30), "two workers"
+        async with client(running.mcp, TOKENS[0]) as alice:
+            await call(alice, "list_schemas")
+        for worker in workers:  # (the server's own /proc environ is what it was started with)
+            assert password.encode() not in Path(f"/proc/{worker.pid}/environ").read_bytes()
+    assert password not in log.read_text(errors="replace")
