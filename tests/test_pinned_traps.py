@@ -201,7 +201,12 @@ PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("find-data", {"description": "email addresses"}),
 ]
 # Answers that differ from call to call whatever is planted: only their success is compared.
-_VOLATILE_RESOURCES = {"pg://system_info", "pg://stat/activity", "pg://stat/replication"}
+_VOLATILE_RESOURCES = {
+    "pg://system_info",
+    "pg://stat/activity",
+    "pg://stat/replication",
+    "pg://queries/recent",
+}
 _VOLATILE_KEYS = {"execution_time_ms", "actual_time_ms", "plan"}
 
 
@@ -222,7 +227,9 @@ async def sweep(client: Client) -> dict[str, Any]:
     assert prompts == {name for name, _ in PROMPTS}, "a prompt the sweep does not get"
     # Every resource listed, and every template for the orders table.
     listed = (await client.list_resource_templates()).resource_templates
-    templates = [t.uri_template.format(schema="public", table="orders") for t in listed]
+    templates = [
+        t.uri_template.format(schema="public", table="orders", id="none", page="1") for t in listed
+    ]
     resources = [str(r.uri) for r in (await client.list_resources()).resources] + templates
     out: dict[str, Any] = {}
     for name, arguments in TOOL_CALLS:

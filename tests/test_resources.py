@@ -31,11 +31,13 @@ FIXED = {
     "pg://stat/activity",
     "pg://stat/replication",
     "pg://schemas",
+    "pg://queries/recent",
 }
 TEMPLATES = {
     "pg://schemas/{schema}/tables",
     "pg://schemas/{schema}/tables/{table}",
     "pg://schemas/{schema}/tables/{table}/sample",
+    "pg://results/{id}/{page}",
 }
 
 

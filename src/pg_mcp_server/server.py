@@ -265,7 +265,7 @@ class PgMcp:
         return self.custom is not None and self.custom.on_hangup()
 
     @asynccontextmanager
-    async def _lifespan(self, _: Server[AppContext]) -> AsyncIterator[AppContext]:
+    async def _lifespan(self, _server: Server[AppContext]) -> AsyncIterator[AppContext]:
         audit = None
         if self.role_warnings is None:
             from pg_mcp_server.database.pool import RoleAudit
@@ -274,6 +274,7 @@ class PgMcp:
         app = AppContext(
             self.settings, self.db, sensitive=self.settings.server.sensitive_regex(), audit=audit
         )
+        _ = app.results  # opened now: a store that cannot be opened stops the start
         try:
             if self.custom is not None:
                 await self.custom.start(app.db)

@@ -175,6 +175,7 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
                     columns=columns,
                     where_clause=where_clause,
                     randomize=randomize,
+                    max_text=app.settings.server.max_value_chars,
                 ),
                 explicit=True,
             )

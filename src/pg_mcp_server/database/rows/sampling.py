@@ -3,7 +3,7 @@
 Identifiers come from the catalog and are always quoted; the optional WHERE clause is
 untrusted SQL and passes the read-only guard (shape, then functions) before it is spliced in;
 the whole SELECT then runs inside the read-only transaction and comes back as JSON the way any
-query's rows do (Reader.read), long text cut by PostgreSQL before it is sent.
+query's rows do (Reader.read), long values cut by PostgreSQL before they are sent.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from pg_mcp_server.errors import ColumnNotFoundError, closest, did_you_mean
 # Above this many estimated rows, random sampling reads a block sample (TABLESAMPLE SYSTEM)
 # instead of sorting the whole table by random().
 TABLESAMPLE_THRESHOLD = 10_000
-# Long text in a sample is cut: the sample shows what the data looks like, not all of it.
-MAX_TEXT = 500
 _SAMPLEABLE = {"r", "m", "p"}
 
 
@@ -63,7 +61,11 @@ async def sample_rows(
     columns: list[str] | None,
     where_clause: str | None,
     randomize: bool,
+    max_text: int,
 ) -> Sample:
+    """Up to `limit` rows; a value longer than `max_text` characters (MCP_MAX_VALUE_CHARS) is
+    cut and marked (values.cut_marker): the sample shows what the data looks like, not all
+    of it."""
     sensitive = reader.sensitive
     shape = await catalog.table_shape(conn, schema, table)
     chosen = _pick_columns(columns, list(shape["columns"]), table)
@@ -120,7 +122,7 @@ async def sample_rows(
 
     async def read(sampled: bool) -> Rows:
         # The assembled statement passes the same gate as a user's query.
-        return await reader.read(conn, build(sampled), limit=limit, max_text=MAX_TEXT)
+        return await reader.read(conn, build(sampled), limit=limit, max_text=max_text)
 
     got = await read(use_tablesample)
     if use_tablesample and len(got.rows) < limit:
@@ -134,7 +136,7 @@ async def sample_rows(
     if redacted:
         notes.append("redacted sensitive columns: " + ", ".join(redacted))
     if values.any_cut(got.rows):
-        notes.append(f"text longer than {MAX_TEXT} characters is cut")
+        notes.append(f"values longer than {max_text} characters are cut, marked with their length")
     if any(
         c.base == "bytea" and any(r[i] is not None for r in got.rows)
         for i, c in enumerate(got.columns)

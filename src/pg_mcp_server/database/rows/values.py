@@ -12,7 +12,9 @@ we do not) as PostgreSQL's text form in a JSON string. On top of `to_json`:
 - bytea is base64 (`to_json` would give PostgreSQL's hex text);
 - sensitive columns (database/rows/redaction.py) come back as "[REDACTED]" without their values
   leaving PostgreSQL;
-- get_sample_rows cuts long text at `max_text` characters.
+- with `max_text` (get_sample_rows: MCP_MAX_VALUE_CHARS), a long text, bytea, json or array
+  value is cut, marked with how long it was (`cut_marker`); numbers, booleans, dates and the
+  like are never long and never cut.
 
 Each column's expression is chosen once per statement from the type PostgreSQL reports.
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import math
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,9 +53,16 @@ from typing import Any
 import asyncpg
 
 REDACTED = "[REDACTED]"
-CUT_MARKS = (" more characters]", " more bytes]")
+
+# What replaces the end of a value that was cut, saying how long the whole value was: in
+# characters of its text (for json and arrays, of its JSON text), or in bytes for bytea. ASCII
+# only, so the SQL literal holding it is valid in a database of any encoding.
+CUT_MARK = "...[cut: {length} {unit}]"
+_CUT_TAIL = re.compile(r"\.\.\.\[cut: \d+ (?:chars|bytes)\]\Z")
 
 _TEXTUAL = frozenset({"text", "varchar", "xml", "tsvector", "tsquery", "citext"})
+# Values whose JSON may be long without being text: cut as their JSON text.
+_STRUCTURED = frozenset({"json", "jsonb", "jsonpath", "hstore"})
 
 # Readable names for the types the driver reports by their internal names.
 _TYPE_NAMES = {
@@ -138,14 +148,46 @@ def _json(expr: str) -> str:
     return f"pg_catalog.to_json({expr})::pg_catalog.text"
 
 
+def cut_marker(length: int, unit: str = "chars") -> str:
+    """The mark ending a value cut from `length` characters (or bytes, for bytea):
+    "...[cut: 2000 chars]". Every tool marks cut values with this, in Python or (through
+    `cut_marker_sql`) in PostgreSQL."""
+    return CUT_MARK.format(length=length, unit=unit)
+
+
+def cut_marker_sql(length: str, unit: str = "chars") -> str:
+    """`cut_marker` as SQL, for a `length` that is an SQL expression of type integer."""
+    template = CUT_MARK.format(length="%s", unit=unit).replace("'", "''")
+    return f"pg_catalog.format('{template}', {length})"
+
+
+def cut_text(value: str, max_chars: int) -> str:
+    """`value` cut after `max_chars` characters and marked, if it is longer."""
+    if len(value) <= max_chars:
+        return value
+    return value[:max_chars] + cut_marker(len(value))
+
+
 def _cut(text: str, max_text: int) -> str:
-    """`text` (an expression of type text) as JSON, cut after `max_text` characters with a mark
-    saying how many more there were (octet_length first: it needs no detoasting)."""
-    more = f"'... [' || (pg_catalog.length({text}) - {max_text}) || ' more characters]'"
+    """`text` (an expression of type text) as JSON, cut after `max_text` characters and marked
+    (octet_length first: it needs no detoasting)."""
+    marked = (
+        f"pg_catalog.left({text}, {max_text}) || {cut_marker_sql(f'pg_catalog.length({text})')}"
+    )
     return (
         f"CASE WHEN pg_catalog.octet_length({text}) <= {max_text} THEN {_json(text)} "
         f"WHEN pg_catalog.length({text}) > {max_text} "
-        f"THEN {_json(f'pg_catalog.left({text}, {max_text}) || {more}')} ELSE {_json(text)} END"
+        f"THEN {_json(marked)} ELSE {_json(text)} END"
+    )
+
+
+def _cut_json(ref: str, max_text: int) -> str:
+    """`ref` as JSON; when that JSON text is longer than `max_text` characters, its first
+    `max_text` characters, marked, as a JSON string instead (made once, in a subquery)."""
+    marked = f"pg_catalog.left(j.t, {max_text}) || {cut_marker_sql('pg_catalog.length(j.t)')}"
+    return (
+        f"(SELECT CASE WHEN pg_catalog.length(j.t) > {max_text} THEN {_json(marked)} "
+        f"ELSE j.t END FROM (SELECT {_json(ref)} AS t) AS j)"
     )
 
 
@@ -162,8 +204,8 @@ def cell(column: Column, ref: str, *, max_text: int | None = None) -> str:
             return _json(_base64(ref))
         # Cut the bytes, then encode what is left: base64 of max_text characters at most.
         keep = max_text * 3 // 4
-        more = f"'... [' || (pg_catalog.octet_length({ref}) - {keep}) || ' more bytes]'"
-        cut = f"{_base64(f'pg_catalog.substring({ref}, 1, {keep})')} || {more}"
+        marker = cut_marker_sql(f"pg_catalog.octet_length({ref})", "bytes")
+        cut = f"{_base64(f'pg_catalog.substring({ref}, 1, {keep})')} || {marker}"
         return (
             f"CASE WHEN pg_catalog.octet_length({ref}) > {keep} THEN {_json(cut)} "
             f"ELSE {_json(_base64(ref))} END"
@@ -177,6 +219,10 @@ def cell(column: Column, ref: str, *, max_text: int | None = None) -> str:
         )
     if max_text and column.base in _TEXTUAL:
         return _cut(ref if column.base == "text" else f"({ref})::pg_catalog.text", max_text)
+    if max_text and (
+        column.base in _STRUCTURED or column.kind in ("array", "composite") or not column.builtin
+    ):
+        return _cut_json(ref, max_text)
     return _json(ref)
 
 
@@ -208,8 +254,13 @@ def redacted_names(columns: Sequence[Column], rows: Sequence[Sequence[Any]]) -> 
     ]
 
 
+def is_cut(value: Any) -> bool:
+    """Whether `value` ends with a cut mark."""
+    return isinstance(value, str) and _CUT_TAIL.search(value) is not None
+
+
 def any_cut(rows: Sequence[Sequence[Any]]) -> bool:
-    return any(isinstance(v, str) and v.endswith(CUT_MARKS) for row in rows for v in row)
+    return any(is_cut(v) for row in rows for v in row)
 
 
 _INFINITE = {
