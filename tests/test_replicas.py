@@ -22,8 +22,7 @@ import pytest_asyncio
 from eventually import wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcpclient import call, module_database
-from pgbed import PgServer
+from mcpclient import call, call_error, execute, records
 from redisbed import free_port
 from serverproc import clean_env, http_answers
 
@@ -39,10 +38,11 @@ ANALYZE wide;
 """
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def dsn(pg: PgServer) -> AsyncIterator[str]:
-    async with module_database(pg, "replicas", SETUP) as made:
-        yield made
+@pytest_asyncio.fixture(loop_scope="session")
+async def dsn(scratch_dsn: str) -> str:
+    """A database of this test's own holding `wide` (one test empties it)."""
+    await execute(scratch_dsn, SETUP)
+    return scratch_dsn
 
 
 @dataclass
@@ -117,3 +117,63 @@ async def test_the_store_password_reaches_no_worker_and_no_log(
         for worker in workers:  # (the server's own /proc environ is what it was started with)
             assert password.encode() not in Path(f"/proc/{worker.pid}/environ").read_bytes()
     assert password not in log.read_text(errors="replace")
+
+
+async def test_a_result_made_on_one_replica_is_paged_on_the_other(
+    dsn: str, redis_url: str, tmp_path: Path
+) -> None:
+    shared = redis_url.rsplit("/", 1)[0] + "/1"  # a database of its own on the session's Redis
+    with two_replicas(dsn, shared, tmp_path) as (first, second):
+        async with client(first, TOKENS[0]) as alice:
+            answer = await call(alice, "execute_query", sql=SQL, limit=ROWS)
+        cursor = answer["next_cursor"]
+        assert cursor, "the result must need several pages"
+        rows = records(answer)
+        # The other replica must not run the query again: it would find no rows now.
+        await execute(dsn, "DELETE FROM wide")
+        answers = 1
+        async with client(second, TOKENS[0]) as alice:
+            while cursor:
+                answer = await call(alice, "execute_query", cursor=cursor)
+                rows += records(answer)
+                cursor = answer.get("next_cursor")
+                answers += 1
+        assert answers >= 3
+        # Every row once, in order, as the first replica read it.
+        assert rows == [{"id": i, "label": f"row {i} " + "y" * 100} for i in range(1, ROWS + 1)]
+
+
+async def test_with_the_memory_store_the_other_replica_says_expired(
+    dsn: str, tmp_path: Path
+) -> None:
+    with two_replicas(dsn, "memory", tmp_path) as (first, second):
+        async with client(first, TOKENS[0]) as alice:
+            answer = await call(alice, "execute_query", sql=SQL, limit=ROWS)
+            cursor = answer["next_cursor"]
+            assert cursor
+            # The cursor is good where the result is held...
+            held = await call(alice, "execute_query", cursor=cursor)
+            assert records(held)[0]["id"] == len(records(answer)) + 1
+        async with client(second, TOKENS[0]) as alice:
+            # ...and expired, with the fix, on the replica that does not hold it.
+            body = await call_error(alice, "execute_query", cursor=cursor)
+        assert body["error"]["code"] == "RESULT_EXPIRED"
+        assert "run the query again" in body["error"]["suggestion"].lower()
+        assert "rows" not in body
+
+
+def test_a_store_that_does_not_answer_stops_the_start(dsn: str) -> None:
+    port = free_port()  # nothing listens there
+    store = f"redis://:pw-never-shown@127.0.0.1:{port}/3"
+    started = subprocess.run(
+        [EXECUTABLE, "--transport", "http", "--port", str(free_port()), "--dsn", dsn],
+        env=clean_env(MCP_RESULT_STORE=store),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    said = started.stderr.decode(errors="replace")
+    assert started.returncode == 2, said
+    where = f"redis://127.0.0.1:{port}/3"
+    assert f"cannot use the result store at {where}: it cannot be reached" in said
+    assert "pw-never-shown" not in said + started.stdout.decode(errors="replace")

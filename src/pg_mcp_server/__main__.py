@@ -344,9 +344,25 @@ def refuse_bad_definitions(settings: Settings) -> None:
         raise CannotStart(f"failed to load custom definitions:\n{exc}") from None
 
 
+def refuse_unusable_store(settings: Settings) -> None:
+    """A shared result store (MCP_RESULT_STORE=redis://...) that does not answer stops
+    start-up (exit code 2) before anything is served: a wrong host, password or TLS setting
+    does not heal by itself, and a replica serving without its store would answer every big
+    result without paging while looking healthy. Once started, an outage costs paging only."""
+    import anyio
+
+    from pg_mcp_server.results import StoreUnavailable, check_store
+
+    try:
+        anyio.run(check_store, settings.server)
+    except (StoreUnavailable, ValueError) as exc:
+        raise CannotStart(str(exc)) from None
+
+
 def serve(settings: Settings, signals: Signals) -> None:
     role_warnings = check_role(settings)
     refuse_bad_definitions(settings)
+    refuse_unusable_store(settings)
     if settings.server.transport == "http":
         from pg_mcp_server.transport.workers import PortInUse, WorkerStartFailed, serve_http
 
