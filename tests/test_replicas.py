@@ -8,6 +8,8 @@ with the fix (run the query again), never rows.
 
 from __future__ import annotations
 
+import json
+import secrets
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx2 as httpx
 import psutil
 import pytest_asyncio
+import redisbed
 from eventually import wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -177,3 +180,23 @@ def test_a_store_that_does_not_answer_stops_the_start(dsn: str) -> None:
     where = f"redis://127.0.0.1:{port}/3"
     assert f"cannot use the result store at {where}: it cannot be reached" in said
     assert "pw-never-shown" not in said + started.stdout.decode(errors="replace")
+
+
+async def test_a_page_asked_while_the_store_is_down_says_why(dsn: str, tmp_path: Path) -> None:
+    store = redisbed.start_redis(password="pw-" + secrets.token_hex(8))
+    try:
+        with replica(dsn, store.url(), tmp_path / "server.log") as running:
+            async with client(running.mcp, TOKENS[0]) as alice:
+                answer = await call(alice, "execute_query", sql=SQL, limit=ROWS)
+                assert answer["next_cursor"]
+                store.stop()
+                body = await call_error(alice, "execute_query", cursor=answer["next_cursor"])
+            log = (tmp_path / "server.log").read_text(errors="replace")
+    finally:
+        store.stop()
+    assert body["error"]["code"] == "RESULT_EXPIRED"
+    assert "result store (Redis) failed: it cannot be reached" in body["error"]["suggestion"]
+    assert "rows" not in body
+    assert store.password
+    assert store.password not in json.dumps(body) + log
+    assert f"result store redis://127.0.0.1:{store.port}/0 failed" in log

@@ -1,16 +1,17 @@
 """The result store's contract (results/store.py), for every store, and the Redis store's own
 behaviour: a store that is down, its start-up check, secrets kept out of what it says.
 
-The contract tests run once per store in `OPENERS`; the Redis one runs against a real
-redis-server (tests/redisbed.py), one database flushed per test.
+The contract tests run once per store in `OPENERS`: the in-process one on a clock the test
+moves, the Redis one against a real redis-server (tests/redisbed.py), one database flushed
+per test.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-import time
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
@@ -21,8 +22,8 @@ import redisbed
 from eventually import eventually
 
 from pg_mcp_server.errors import ResultExpiredError
+from pg_mcp_server.results import Limits, MemoryResultStore, ResultStore, StoreUnavailable
 from pg_mcp_server.results.redis import RESULT_PREFIX, RedisResultStore
-from pg_mcp_server.results.store import Limits, ResultStore, StoreUnavailable
 
 ME = "owner-me"
 OTHER = "owner-other"
@@ -32,10 +33,11 @@ ROOMY = Limits(max_bytes=1 << 20, max_results=100, idle_seconds=60)
 @dataclass
 class Opened:
     store: ResultStore
-    # Whether result `id` is gone, asked without reading it (a read renews it). Stores that
-    # cannot be asked give None: the test then waits until the idle time has passed since the
-    # result was last read.
-    gone: Callable[[str], Awaitable[bool]] | None
+    # How a test lets the idle time pass: `gone(id)` says whether result `id` has expired
+    # without reading it (a read renews it), for a store on a real clock; `advance(seconds)`
+    # moves the clock of a store that takes one.
+    gone: Callable[[str], Awaitable[bool]] | None = None
+    advance: Callable[[float], None] | None = None
 
 
 Opener = Callable[[str, Limits], Awaitable[Opened]]
@@ -57,20 +59,29 @@ async def _open_redis(url: str, limits: Limits) -> Opened:
         finally:
             await probe.aclose()
 
-    return Opened(store, gone)
+    return Opened(store, gone=gone)
 
 
-# One line per store: the lead adds the in-process store here when merging it.
-OPENERS: dict[str, Opener] = {"redis": _open_redis}
+async def _open_memory(_: str, limits: Limits) -> Opened:
+    now = [0.0]
+
+    def advance(seconds: float) -> None:
+        now[0] += seconds
+
+    return Opened(MemoryResultStore(limits, clock=lambda: now[0]), advance=advance)
+
+
+OPENERS: dict[str, Opener] = {"memory": _open_memory, "redis": _open_redis}
 
 
 @pytest_asyncio.fixture(loop_scope="session", params=sorted(OPENERS))
-async def make_store(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[MakeStore]:
+async def make_store(request: pytest.FixtureRequest) -> AsyncIterator[MakeStore]:
     """Opens the store under test with the given limits; closes what it opened."""
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else ""
     opened: list[ResultStore] = []
 
     async def make(limits: Limits) -> Opened:
-        got = await OPENERS[request.param](redis_url, limits)
+        got = await OPENERS[request.param](url, limits)
         opened.append(got.store)
         return got
 
@@ -139,13 +150,16 @@ async def test_a_result_not_read_for_the_idle_time_expires(
     store = opened.store
     result_id = await store.put(ME, [b"soon gone", b"second"])
     assert await store.page(ME, result_id, 1) == (b"second", 2)
-    last_read = time.monotonic()
-    if opened.gone is not None:
+    if opened.advance is not None:
+        opened.advance(idle / 2)
+        assert await store.page(ME, result_id, 0) == (b"soon gone", 2)  # renewed
+        opened.advance(idle * 0.9)
+        assert await held(store, result_id)  # idle/2 + 0.9 idle after the put: still held
+        opened.advance(idle * 1.01)
+    else:
+        assert opened.gone is not None
         probe = opened.gone
         await eventually(lambda: probe(result_id), what="the result's expiry", seconds=10)
-    else:
-        while time.monotonic() - last_read <= idle:
-            await asyncio.sleep(idle / 10)
     await expired_message(store, ME, result_id, 0)
     # Expired results leave room: a full store takes new ones as before.
     assert await held(store, await store.put(ME, [b"next"]))
@@ -296,3 +310,24 @@ async def test_open_refuses_a_url_that_is_not_redis() -> None:
     with pytest.raises(ValueError, match="not a redis") as refused:
         await RedisResultStore.open("http://user:s3cret@example.com/0", ROOMY)
     assert "s3cret" not in str(refused.value)
+
+
+def test_without_the_redis_package_the_start_says_which_extra() -> None:
+    """The `redis` package is an optional extra: a server installed without it and pointed at
+    Redis is told what to install (a child process in which `import redis` fails)."""
+    script = (
+        "import sys, asyncio\n"
+        "sys.modules['redis'] = None\n"
+        "from pg_mcp_server.config import ServerSettings\n"
+        "from pg_mcp_server.results import StoreUnavailable, check_store\n"
+        "try:\n"
+        "    asyncio.run(check_store(ServerSettings(result_store='redis://:pw@127.0.0.1:1/0')))\n"
+        "except StoreUnavailable as exc:\n"
+        "    print(exc)\n"
+    )
+    said = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "needs the optional dependency 'redis'" in said
+    assert "[redis]" in said
+    assert "pw" not in said
