@@ -22,13 +22,17 @@ The owner is kept as a SHA-256 digest and compared in the script; a page of a re
 another owner, unknown, expired or evicted is the same `ResultExpiredError`, and a read by
 another owner renews nothing.
 
-A store that cannot be reached: `open` raises `StoreUnavailable` (the server refuses to start:
-a wrong host, password or TLS setting does not heal by itself, and a replica that started
-without its store would answer every big result without paging while looking healthy); after
-start, `put` raises `StoreUnavailable` (the caller answers the first page without a cursor)
-and `page` raises `ResultExpiredError` whose suggestion names the trouble. Redis' client
-reconnects at the next call, so paging comes back with the store. Messages and logs name the
-store as `redis://host:port/db`, never its password.
+A store that cannot be reached: `check` (run once before serving, by results.check_store)
+raises `StoreUnavailable` and the server does not start (exit code 2): a wrong host, password
+or TLS setting does not heal by itself, and a replica that started without its store would
+answer every big result without paging while looking healthy. After start, `put` raises
+`StoreUnavailable` (the caller answers the first page without a cursor) and `page` raises
+`ResultExpiredError` whose suggestion names the trouble; one log line when the store fails,
+one when it answers again. The client reconnects at the next call, so paging comes back with
+the store. Messages and logs name the store as `redis://host:port/db`, never its password.
+
+Needs Redis 5 or newer (scripts replicated by their effects, so `TIME` may precede writes) or
+Valkey; tested with Redis 7.0.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -160,7 +164,7 @@ def describe(url: str) -> str:
         port = str(parts.port or 6379)
     except ValueError:
         port = "?"
-    database = parts.path.strip("/") or "0"
+    database = (parse_qs(parts.query).get("db") or [parts.path.strip("/") or "0"])[0]
     return f"{parts.scheme}://{host}:{port}/{database}"
 
 
