@@ -29,7 +29,12 @@ INSERT INTO big SELECT g, 'row ' || g || ' ' || repeat('x', g % 40), g * 7
 FROM generate_series(1, 20000) g;
 CREATE TABLE marker (id int);
 INSERT INTO marker VALUES (1);
-ANALYZE big, marker;
+CREATE TABLE wide (id int PRIMARY KEY, body text, doc jsonb, blob bytea, tags text[], n numeric);
+INSERT INTO wide SELECT g, repeat(chr(97 + g % 26), 2000),
+       jsonb_build_object('k', repeat('j', 2000)), convert_to(repeat('b', 2000), 'UTF8'),
+       ARRAY[repeat('t', 2000)], 10::numeric ^ 40 + g
+FROM generate_series(1, 1000) g;
+ANALYZE big, marker, wide;
 """
 
 
@@ -134,6 +139,54 @@ async def test_every_answer_fits_the_budget_and_the_resource_reads_the_same_page
         assert again["rows"] == first["rows"]
 
 
+async def test_1000_rows_of_2kb_values_answer_within_the_budget_cut_and_marked(
+    pdsn: str,
+) -> None:
+    async with one_connection(pdsn) as client:
+        result = await client.call_tool("execute_query", {"sql": "SELECT * FROM wide ORDER BY id"})
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert len(text.encode()) <= BUDGET
+        first = json.loads(text)
+        assert first == result.structured_content
+        answers = await page_through(client, first)
+    rows = [r for a in answers for r in a["rows"]]
+    assert len(rows) == 1000 and first["total_rows"] == 1000
+    assert [c["data_type"] for c in first["columns"]] == [
+        "integer",
+        "text",
+        "jsonb",
+        "bytea",
+        "text[]",
+        "numeric",
+    ]
+    assert "values longer than 500 characters are cut" in first["note"]
+    for n, (id_, body, doc, blob, tags, num) in enumerate(rows, start=1):
+        assert id_ == n and num == str(10**40 + n)  # numbers are never cut
+        assert body == chr(97 + n % 26) * 500 + "...[cut: 2000 chars]"
+        assert doc.endswith("...[cut: 2009 chars]") and doc.startswith('{"k": "jjj')
+        assert blob.endswith("...[cut: 2000 bytes]")
+        assert tags.endswith("...[cut: 2004 chars]")
+    for a in answers:
+        assert len(json.dumps(a, separators=(",", ":")).encode()) <= BUDGET
+
+
+async def test_full_values_names_the_columns_never_cut(pdsn: str) -> None:
+    async with one_connection(pdsn) as client:
+        out = await call(
+            client,
+            "execute_query",
+            sql="SELECT id, body, doc FROM wide ORDER BY id",
+            limit=3,
+            full_values=["body"],
+        )
+        body = await call_error(
+            client, "execute_query", sql="SELECT id, body FROM wide", full_values=["bdy"]
+        )
+    assert [r[1] for r in out["rows"]] == [chr(97 + n % 26) * 2000 for n in (1, 2, 3)]
+    assert all(r[2].endswith("...[cut: 2009 chars]") for r in out["rows"])
+    assert body["error"]["code"] == "PARAMETER_ERROR" and "'body'" in body["error"]["suggestion"]
+
+
 async def test_a_result_that_fits_one_answer_holds_nothing(pdsn: str) -> None:
     async with one_connection(pdsn) as client:
         out = await call(client, "execute_query", sql="SELECT id FROM big ORDER BY id", limit=100)
@@ -200,3 +253,26 @@ async def _expired(store: MemoryResultStore, owner: str, result_id: str) -> None
     except ResultExpiredError:
         return
     raise AssertionError(f"{result_id} is still held")
+
+
+async def test_recent_queries_lists_what_ran_newest_first(pdsn: str) -> None:
+    async with one_connection(pdsn, max_rows=20000) as client:
+        await call(client, "execute_query", sql="SELECT id FROM big ORDER BY id", limit=20000)
+        await call(client, "execute_query", sql="SELECT 1 AS one")
+        await call_error(client, "execute_query", sql="SELECT nosuch FROM big")
+        first = await call(client, "execute_query", sql="SELECT id FROM big ORDER BY id", limit=9)
+        read = await client.read_resource("pg://queries/recent")
+    queries = json.loads(read.contents[0].text)["queries"]  # type: ignore[union-attr]
+    assert [q["sql"] for q in queries] == [
+        "SELECT id FROM big ORDER BY id",
+        "SELECT nosuch FROM big",
+        "SELECT 1 AS one",
+        "SELECT id FROM big ORDER BY id",
+    ]
+    newest, failed, one, paged = queries
+    assert newest["query_hash"] == first["query_hash"] == paged["query_hash"]
+    assert newest["row_count"] == 9 and newest["has_more"] is True
+    assert paged["row_count"] == 20000 and paged["has_more"] is False
+    assert one["row_count"] == 1 and one["execution_time_ms"] >= 0
+    assert failed["error"] == "COLUMN_NOT_FOUND" and "row_count" not in failed
+    assert all(q["at"].endswith("+00:00") for q in queries)

@@ -192,6 +192,7 @@ EXPECTED_ERRORS = {
     'describe_table {"table_name": "ordrs"}',
     'find_join_path {"from_table": "customers", "to_table": "nowhere"}',
     'execute_query {"sql": "SELECT nosuch FROM public.orders"}',
+    "pg://results/none/1",  # no such result held (RESULT_EXPIRED)
 }
 PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("explore-database", {"schema": "public"}),

@@ -207,6 +207,16 @@ def query_tools() -> list[ToolDef]:
                 )
             ),
         ] = None,
+        full_values: Annotated[
+            list[str] | None,
+            Field(
+                description=(
+                    "Result columns whose values are never cut (long text, bytea, json and "
+                    "arrays are otherwise cut at the server's MCP_MAX_VALUE_CHARS, marked "
+                    "with their length)"
+                )
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, ExecuteQueryOutput]:
         _one_of(sql, cursor)
         if cursor is not None:
@@ -215,12 +225,19 @@ def query_tools() -> list[ToolDef]:
         text = sql
         sql_hash = query_hash(text)
         owner = current_owner()
-        budget = app.settings.server.answer_budget_bytes
+        server = app.settings.server
+        full = frozenset(full_values or ())
         try:
             try:
                 result = await app.db.run(
                     lambda conn: app.reader.query(
-                        conn, text, params, limit=limit, answer_bytes=budget
+                        conn,
+                        text,
+                        params,
+                        limit=limit,
+                        answer_bytes=server.answer_budget_bytes,
+                        max_text=server.max_value_chars,
+                        full=full,
                     ),
                     timeout_ms,
                     explicit=True,

@@ -35,13 +35,22 @@ from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
 from pg_mcp_server.database.rows.output import Budget, page_size
 from pg_mcp_server.database.rows.params import bind
 from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError, QueryTimeoutError
+from pg_mcp_server.errors import (
+    DatabaseConnectionError,
+    ParameterError,
+    PgMcpError,
+    QueryTimeoutError,
+    closest,
+    did_you_mean,
+)
 
 SHAPES = 512  # statements whose shape is kept (a few KB each) ...
 SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
 # Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement because
 # the number of its columns changed: the sentinel is ambiguous, or the alias list too long.
 _CHANGED = {"42702", "42P10"}
+# How a cut value's mark begins (values.CUT_MARK): whether a page holds one, without decoding.
+CUT_SIGN = values.CUT_MARK.split("{", 1)[0]
 
 
 def query_hash(sql: str) -> str:
@@ -57,7 +66,9 @@ class Shape:
     # It reads a sensitive source (redaction.py): its errors are scrubbed of values.
     reads_sensitive: bool = False
     generation: int | None = None  # of the relation facts its redaction was decided on
-    wrappers: dict[tuple[int, int, int | None, int | None], str] = field(default_factory=dict)
+    wrappers: dict[tuple[int, int, int | None, int | None, frozenset[str]], str] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         # The type of each typed NULL of a wrapper (the column's, or its element type), and
@@ -79,13 +90,27 @@ class Shape:
         return all(self.typed_nulls.get(a.name, a.type.name) == a.type.name for a in attributes)
 
     def wrapper(
-        self, limit: int, max_bytes: int, max_text: int | None, page_bytes: int | None = None
+        self,
+        limit: int,
+        max_bytes: int,
+        max_text: int | None,
+        page_bytes: int | None = None,
+        full: frozenset[str] = frozenset(),
     ) -> str:
-        key = (limit, max_bytes, max_text, page_bytes)
+        """The wrapper for these bounds; the columns named in `full` are never cut."""
+        key = (limit, max_bytes, max_text, page_bytes, full)
         sql = self.wrappers.get(key)
         if sql is None:
             names = [c.name for c in self.columns]
-            cell = values.cells(self.columns, max_text=max_text)
+            cell = (
+                values.cells(self.columns, max_text=max_text)
+                if not full
+                else lambda i: values.cell(
+                    self.columns[i - 1],
+                    f"s.c{i}",
+                    max_text=None if names[i - 1] in full else max_text,
+                )
+            )
             typed = [i for i, c in enumerate(self.columns, start=1) if c.typed]
             built = rewrite.build(
                 self.tree,
@@ -272,6 +297,8 @@ class Reader:
         *,
         limit: int | None,
         answer_bytes: int | None = None,
+        max_text: int | None = None,
+        full: frozenset[str] = frozenset(),
     ) -> QueryResult:
         """execute_query: at most `limit` rows (never above the budget), with notes saying
         what was cut and which columns were redacted. With `answer_bytes` (the answer
@@ -280,11 +307,24 @@ class Reader:
         limit = self.budget.limit(limit)
         run = await self.guard.check(sql, conn)  # (names qualified where its path needs it)
         started = time.perf_counter()
-        result = await self.fetch(conn, run, params, limit=limit, answer_bytes=answer_bytes)
+        result = await self.fetch(
+            conn,
+            run,
+            params,
+            limit=limit,
+            max_text=max_text,
+            answer_bytes=answer_bytes,
+            full=full,
+        )
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = self.budget.notes(
             read=result.read, kept=result.kept, limit=limit, cut_by_size=result.cut_by_size
         )
+        if max_text and (CUT_SIGN in result.rows_json or any(CUT_SIGN in r for r in result.rest)):
+            notes.append(
+                f"values longer than {max_text} characters are cut, marked with their length; "
+                "full_values=[column names] gives them whole"
+            )
         redacted = values.redacted_names(result.columns, result.rows)
         if redacted:
             notes.append("redacted sensitive columns: " + ", ".join(redacted))
@@ -315,6 +355,7 @@ class Reader:
         limit: int,
         max_text: int | None = None,
         answer_bytes: int | None = None,
+        full: frozenset[str] = frozenset(),
     ) -> Rows:
         """At most `limit` rows of `sql` whose JSON fits in the budget's bytes; with
         `answer_bytes`, those whose JSON fits a first answer of that size (`page_bytes`) in
@@ -344,7 +385,9 @@ class Reader:
             shape = Shape(tree, columns, verdict.reads_sensitive, generation)
             self.shapes.put(sql, shape)
         page_bytes = None if answer_bytes is None else page_size(answer_bytes, shape.columns_json)
-        wrapper = shape.wrapper(limit, self.budget.bytes, max_text, page_bytes)
+        if full:
+            _check_full(full, shape.columns)
+        wrapper = shape.wrapper(limit, self.budget.bytes, max_text, page_bytes, full)
         try:
             stmt, fresh = await self.db.prepare(conn, wrapper)
             if fresh and not shape.matches(stmt.get_attributes()):
@@ -400,6 +443,19 @@ class Reader:
         ]
         kept, notes = self.budget.cut(rows)
         return Driven(kept, bool(notes), notes, status)
+
+
+def _check_full(full: frozenset[str], columns: Sequence[values.Column]) -> None:
+    names = [c.name for c in columns]
+    unknown = sorted(full - set(names))
+    if unknown:
+        raise ParameterError(
+            f"full_values names columns the result does not have: {', '.join(unknown)[:200]}",
+            suggestion=did_you_mean(
+                closest(unknown[0], names), f"The result's columns: {', '.join(names)[:500]}."
+            ),
+            context={"parameter": "full_values"},
+        )
 
 
 @dataclass
