@@ -134,6 +134,11 @@ async def test_a_result_made_on_one_replica_is_paged_on_the_other(
         rows = records(answer)
         # The other replica must not run the query again: it would find no rows now.
         await execute(dsn, "DELETE FROM wide")
+        async with client(second, TOKENS[1]) as bob:
+            # Another token, on the replica that can read it: the same answer as an unknown id.
+            refused = await call_error(bob, "execute_query", cursor=cursor)
+        assert refused["error"]["code"] == "RESULT_EXPIRED"
+        assert "rows" not in refused
         answers = 1
         async with client(second, TOKENS[0]) as alice:
             while cursor:
