@@ -49,6 +49,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from pg_mcp_server.errors import ResultExpiredError
+from pg_mcp_server.results.memory import expired
 from pg_mcp_server.results.store import Limits, StoreUnavailable
 
 logger = logging.getLogger(__name__)
@@ -287,7 +288,7 @@ class RedisResultStore:
             ) from None
         self._answered()
         if got is None:
-            raise ResultExpiredError("This result is no longer held (expired or evicted).")
+            raise expired()
         page, count = got
         return bytes(page), int(count)
 
