@@ -8,6 +8,7 @@ per test.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import subprocess
@@ -228,6 +229,32 @@ async def test_a_result_put_through_one_store_is_paged_through_another(redis_url
         with pytest.raises(ResultExpiredError):
             await second.page(OTHER, result_id, 0)
     finally:
+        await first.close()
+        await second.close()
+
+
+async def test_puts_racing_from_two_replicas_keep_the_budget(redis_url: str) -> None:
+    """Eviction runs inside Redis, atomically: 60 puts at once from two stores (replicas)
+    leave exactly the budget's results, and the byte count is what their keys hold."""
+    limits = Limits(max_bytes=10_000, max_results=5, idle_seconds=60)
+    first = (await _open_redis(redis_url, limits)).store
+    second = await RedisResultStore.open(redis_url, limits)
+    raw = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        sizes = [100 + 37 * i for i in range(60)]
+        ids = await asyncio.gather(
+            *((first, second)[i % 2].put(ME, [b"p" * n]) for i, n in enumerate(sizes))
+        )
+        kept = [i for i in ids if await raw.exists(RESULT_PREFIX + i)]
+        assert len(kept) == 5
+        assert await raw.zcard("pgmcp:results:lru") == 5  # the index lists them, only them
+        held_bytes = 0
+        for result_id in kept:
+            assert await raw.zscore("pgmcp:results:lru", result_id) is not None
+            held_bytes += int(await raw.hget(RESULT_PREFIX + result_id, "s") or 0)
+        assert int(await raw.get("pgmcp:results:bytes") or 0) == held_bytes <= 10_000
+    finally:
+        await raw.aclose()
         await first.close()
         await second.close()
 
