@@ -33,8 +33,9 @@ MODELS: dict[str, type[Compact]] = {
     "find_join_path": FindJoinPathOutput,
 }
 
-# Text content, in bytes (issue 14, goal 1).
-TOOLS_LIST = 12 * 1024
+# Text content, in bytes (issue 14, goal 1: 12 KiB for the nine PRD tools; issue 23's
+# read_resource, for clients that show tools only, costs 760 bytes more).
+TOOLS_LIST = 13 * 1024
 BUDGETS: list[tuple[str, dict[str, Any], int]] = [
     ("describe_table", {"table_name": "film"}, 2500),
     ("describe_table", {"table_name": "customer"}, 2000),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,7 +10,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from mcp import Client
-from mcpclient import call, call_error, connect, fetch, held_client, module_database
+from mcpclient import call, call_error, connect, execute, fetch, held_client, module_database
 from pgbed import PgServer
 
 CANARY = """
@@ -218,3 +219,20 @@ async def test_a_column_the_driver_cannot_read_is_named_not_a_lost_connection(
             client, "execute_query", sql="SELECT histogram_bounds::text FROM pg_stats LIMIT 1"
         )
         assert out["row_count"] == 1
+
+
+async def test_an_unpopulated_materialized_view_says_so_not_invalid_sql(
+    served: Client, canary_dsn: str
+) -> None:
+    await execute(
+        canary_dsn,
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS canary_later AS SELECT id FROM canary WITH NO DATA",
+    )
+    body = await call_error(served, "execute_query", sql="SELECT * FROM canary_later")
+    error = body["error"]
+    assert error["code"] == "NOT_POPULATED", error
+    assert '"canary_later"' in error["message"]
+    assert "describe_table" in error["suggestion"] and "REFRESH" in error["suggestion"]
+    # what is there to use instead: its definition
+    described = await call(served, "describe_table", table_name="canary_later")
+    assert "canary" in json.dumps(described)

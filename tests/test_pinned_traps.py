@@ -185,6 +185,7 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("execute_query", {"sql": "SELECT nosuch FROM public.orders"}),  # the column hint
     ("explain_query", {"sql": "SELECT v FROM public.big"}),
     ("explain_query", {"sql": f"SELECT v FROM public.big WHERE v {GT} 3", "analyze": True}),
+    ("read_resource", {"uri": "pg://schemas/public/tables/orders"}),
 ]
 # The calls meant to fail (the closest names, the column hint): every other one must answer.
 EXPECTED_ERRORS = {
@@ -244,6 +245,9 @@ async def sweep(client: Client) -> dict[str, Any]:
         try:
             read = await client.read_resource(uri, cache_mode="bypass")
             text = read.contents[0].text  # type: ignore[union-attr]
+            if read.contents[0].mime_type != "application/json":  # the diagrams' markdown
+                out[uri] = text
+                continue
             out[uri] = "ok" if uri in _VOLATILE_RESOURCES else _stable(json.loads(text))
         except MCPError as exc:
             out[uri] = f"error: {exc.error.message} {exc.error.data}"

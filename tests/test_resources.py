@@ -35,6 +35,8 @@ FIXED = {
 }
 TEMPLATES = {
     "pg://schemas/{schema}/tables",
+    "pg://schemas/{schema}/erd",
+    "pg://schemas/{schema}/tables/{table}/erd",
     "pg://schemas/{schema}/tables/{table}",
     "pg://schemas/{schema}/tables/{table}/sample",
     "pg://results/{id}/{page}",
@@ -438,3 +440,29 @@ async def test_a_dropped_connection_is_replaced_for_a_read(scratch_dsn: str) -> 
         assert killed and all(r[0] for r in killed)
         assert (await read(client, "pg://system_info"))["database"] == database
         assert (await read(client, "pg://stat/replication"))["is_standby"] is False
+
+
+async def test_read_resource_tool_answers_what_resources_read_does(demo_dsn: str) -> None:
+    """For clients that show the model tools only: every fixed resource and the templates,
+    the same answer through the tool; failures the same error object, as a tool error."""
+    async with connect(demo_dsn) as client:
+        uris = [*sorted(FIXED - {"pg://stat/activity"}), "pg://schemas/public/tables"]
+        uris += ["pg://schemas/public/tables/orders", "pg://schemas/public/tables/orders/sample"]
+        for uri in uris:
+            through_tool = await call(client, "read_resource", uri=uri)
+            assert through_tool["uri"] == uri and through_tool["mime_type"] == "application/json"
+            assert through_tool["contents"] == await read(client, uri), uri
+        # sessions change between two reads; the shape is what can be compared
+        activity = await call(client, "read_resource", uri="pg://stat/activity")
+        assert set(activity["contents"]) == set(await read(client, "pg://stat/activity"))
+
+        for uri in ("pg://schemas/public/tables/order", "pg://nothing/here"):
+            body = await call_error(client, "read_resource", uri=uri)
+            _, data = await read_error(client, uri)
+            assert body["error"] == data["error"], uri
+        assert body["error"]["code"] == "PARAMETER_ERROR"
+        missing = await call_error(client, "read_resource", uri="pg://schemas/public/tables/order")
+        assert missing["error"]["code"] == "TABLE_NOT_FOUND"
+        assert "'orders'" in missing["error"]["suggestion"]
+        empty = await call_error(client, "read_resource", uri="")
+        assert empty["error"]["code"] == "PARAMETER_ERROR"

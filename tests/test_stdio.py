@@ -32,6 +32,7 @@ ALL_TOOLS = {
     "find_join_path",
     "execute_query",
     "explain_query",
+    "read_resource",
 }
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 

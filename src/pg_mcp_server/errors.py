@@ -96,6 +96,17 @@ class PathNotFoundError(PgMcpError):
     default_suggestion = "The tables may not be related through foreign keys."
 
 
+class NotPopulatedError(PgMcpError):
+    """A materialized view created WITH NO DATA (or never refreshed): reading it fails, and
+    filling it takes REFRESH MATERIALIZED VIEW, a write no caller of ours can make."""
+
+    code = "NOT_POPULATED"
+    default_suggestion = (
+        "The materialized view holds no data until its owner runs REFRESH MATERIALIZED VIEW. "
+        "Query the tables it is defined on instead: describe_table shows its definition."
+    )
+
+
 class ResultExpiredError(PgMcpError):
     """A paged result that is no longer held: expired, evicted, held by another replica, or
     another caller's (the same answer in every case, so nothing tells that it exists)."""
@@ -109,6 +120,20 @@ class InternalError(PgMcpError):
 
     code = "INTERNAL_ERROR"
     default_suggestion = "This is a server bug; the details are in the server's log."
+
+
+def from_detail(detail: dict[str, Any]) -> PgMcpError:
+    """The error a structured error object (`{"code", "message", "suggestion", "context"}`,
+    as a tool answers it) describes, of the class of its code."""
+    classes: list[type[PgMcpError]] = [PgMcpError]
+    for cls in classes:
+        classes.extend(cls.__subclasses__())
+    cls = next((c for c in classes if c.code == detail.get("code")), InternalError)
+    return cls(
+        str(detail.get("message") or "Request failed"),
+        suggestion=detail.get("suggestion"),
+        context=detail.get("context"),
+    )
 
 
 def to_pg_error(exc: Exception, unexpected: str) -> PgMcpError:

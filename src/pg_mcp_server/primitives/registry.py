@@ -222,6 +222,11 @@ class Registry:
         prompts: list[PromptDef],
         default_schema: str,
     ) -> None:
+        from pg_mcp_server.primitives.reading import read_resource_tool
+
+        # read_resource serves these resources as a tool, for clients that show the model
+        # tools only; it is made here because it reads from this registry
+        tools = [*tools, read_resource_tool(self)]
         self.tools: dict[str, ToolDef] = _unique(tools, lambda t: t.name, "tool")
         self.resources = _unique(resources, lambda r: r.uri, "resource URI")
         self.templates = _unique(templates, lambda t: t.uri_template, "resource template")
@@ -291,19 +296,21 @@ class Registry:
         return error_result(error, shown, arguments)
 
     async def read(self, uri: str, app: AppContext) -> ReadResourceResult:
-        request = Request(app, self)
         with _answered("resource", {"uri": clip(uri)}):
-            fixed = self.resources.get(uri)
-            if fixed is not None:
-                content = await _again_if_lost(lambda: fixed.read(request))
-                mime_type = fixed.mime_type
-            else:
-                template, values = self._match(uri)
-                content = await _again_if_lost(lambda: template.read(request, values))
-                mime_type = template.mime_type
+            content, mime_type = await self.content(uri, app)
         meta = content.meta if isinstance(content, Contents) else None
-        text = TextResourceContents(uri=uri, text=_text(content), mime_type=mime_type, _meta=meta)
+        text = TextResourceContents(uri=uri, text=text_of(content), mime_type=mime_type, _meta=meta)
         return ReadResourceResult(contents=[text])
+
+    async def content(self, uri: str, app: AppContext) -> tuple[Content, str]:
+        """A resource's content and MIME type, for resources/read and the read_resource
+        tool; raises what its read raised (ToolFailed for a tool's structured error)."""
+        request = Request(app, self)
+        fixed = self.resources.get(uri)
+        if fixed is not None:
+            return await _again_if_lost(lambda: fixed.read(request)), fixed.mime_type
+        template, values = self._match(uri)
+        return await _again_if_lost(lambda: template.read(request, values)), template.mime_type
 
     async def get_prompt(
         self, name: str, arguments: Mapping[str, str] | None, app: AppContext
@@ -408,7 +415,7 @@ def _unique(items: list[Any], key: Callable[[Any], str], what: str) -> dict[str,
     return found
 
 
-def _text(content: Content) -> str:
+def text_of(content: Content) -> str:
     if isinstance(content, Contents):
         return content.text
     if isinstance(content, str):

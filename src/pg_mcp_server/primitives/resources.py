@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.catalog import server_info
+from pg_mcp_server.database.catalog import erd, server_info
 from pg_mcp_server.primitives.registry import (
     Argument,
     Content,
@@ -110,6 +110,21 @@ def result_templates() -> list[TemplateDef]:
     ]
 
 
+async def _schema_erd(request: Request, p: dict[str, str]) -> Content:
+    async with request.app.db.session() as conn:
+        drawn = await erd.diagram(conn, p["schema"])
+    return drawn.markdown(f"Schema {p['schema']}")
+
+
+async def _table_erd(request: Request, p: dict[str, str]) -> Content:
+    async with request.app.db.session() as conn:
+        drawn = await erd.diagram(conn, p["schema"], p["table"])
+    return drawn.markdown(f"{p['schema']}.{p['table']} and the tables its keys join")
+
+
+MARKDOWN = "text/markdown"
+
+
 def builtin_resources() -> list[ResourceDef]:
     return [*_server_resources(), *result_resources()]
 
@@ -194,6 +209,27 @@ def _schema_templates() -> list[TemplateDef]:
             "types and keys, indexes, constraints, enum labels.",
             [SCHEMA, TABLE],
             _table,
+        ),
+        TemplateDef(
+            "pg://schemas/{schema}/erd",
+            "schema_erd",
+            "Schema diagram",
+            "An entity-relationship diagram of the schema's tables as Mermaid erDiagram "
+            "text in Markdown: key columns, every foreign key with its cardinality, NOT VALID "
+            "keys dashed; the 60 most connected tables when there are more.",
+            [SCHEMA],
+            _schema_erd,
+            mime_type=MARKDOWN,
+        ),
+        TemplateDef(
+            "pg://schemas/{schema}/tables/{table}/erd",
+            "table_erd",
+            "Table diagram",
+            "The table and every table a foreign key joins it to, as a Mermaid erDiagram "
+            "(as pg://schemas/{schema}/erd draws them).",
+            [SCHEMA, TABLE],
+            _table_erd,
+            mime_type=MARKDOWN,
         ),
         TemplateDef(
             "pg://schemas/{schema}/tables/{table}/sample",

@@ -15,6 +15,7 @@ caller, who passes it back as it came.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,8 +87,38 @@ def cut(
     return pages
 
 
-def held(header: Header, rows_json: bytes) -> bytes:
-    return header.encode() + _SEP + rows_json
+def holding(
+    cut: list[tuple[int, bytes]],
+    columns_json: str,
+    *,
+    more: bool,
+    notes: Sequence[str],
+    execution_time_ms: float,
+    query_hash: str,
+    max_bytes: int,
+) -> tuple[list[bytes], Header]:
+    """The pages as the store holds them (each its header and its rows), and the first page's
+    header. The reader keeps the rows within the store's bytes; if the headers take the total
+    over, the last pages go (and the answer says the result was cut)."""
+    notes = list(notes)
+    overhead = len(columns_json.encode()) + 300 + sum(len(n.encode()) for n in notes)
+    if len(cut) > 1 and sum(len(r) for _, r in cut) + len(cut) * overhead > max_bytes:
+        while len(cut) > 1 and sum(len(r) for _, r in cut) + len(cut) * overhead > max_bytes:
+            cut = cut[:-1]
+        more = True
+        notes.append(f"cut at {max_bytes} bytes held (MCP_RESULT_STORE_BYTES)")
+    total = sum(rows for rows, _ in cut)
+    held: list[bytes] = []
+    headers: list[Header] = []
+    first = 0
+    for rows, rows_json in cut:
+        header = Header(
+            columns_json, first, rows, total, more, tuple(notes), execution_time_ms, query_hash
+        )
+        headers.append(header)
+        held.append(header.encode() + _SEP + rows_json)
+        first += rows
+    return held, headers[0]
 
 
 def split(page: bytes) -> tuple[Header, str]:
@@ -138,17 +169,13 @@ def answer(
             next_cursor = cursor(result_id, page + 1)
             out["next_cursor"] = next_cursor
             notes.append(
-                f'next page: execute_query(cursor="{next_cursor}") or read '
-                f"{uri(result_id, page + 1)}; held {_held_for()}"
+                f'next page: execute_query(cursor="{next_cursor}") or resources/read '
+                f"{uri(result_id, page + 1)}"
             )
     notes.extend(header.notes)
     if notes:
         out["note"] = "; ".join(notes)
     return out, {"columns": header.columns_json, "rows": rows_json}
-
-
-def _held_for() -> str:
-    return "while it is read (it expires when left idle, or is evicted under load)"
 
 
 def _dumps(value: Any) -> str:

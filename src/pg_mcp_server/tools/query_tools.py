@@ -37,11 +37,11 @@ Only a single SELECT runs (WITH, VALUES, TABLE, UNION, window functions, LATERAL
 anything that writes, locks rows, changes settings or calls side-effect functions is refused
 with WRITE_OPERATION_DENIED. Pass user values as parameters: $1, $2 ... in the SQL and `params`
 in order (JSON values; dates and timestamps as ISO strings, bytea as base64). At most `limit`
-rows come back, also bounded in bytes; `has_more` says whether more exist (`note` says why),
-so add ORDER BY and LIMIT/OFFSET to page. `rows` are arrays in the order of `columns`.
-Values: numbers (numeric as a string when a double would lose digits), timestamps ISO 8601,
-bytea base64, json as JSON, arrays as lists, records and composites as objects, other types
-in PostgreSQL's text form.
+rows; an answer holds what fits its size budget, and `next_cursor` gives the next page: pass
+only `cursor` (nothing runs again). Long values are cut ("...[cut: N chars]") unless in
+`full_values`. Values: numbers (numeric as a string when a double would lose digits),
+timestamps ISO 8601, bytea base64, json as JSON, arrays as lists, records and composites as
+objects, other types in PostgreSQL's text form.
 Example: execute_query(sql="SELECT status, count(*) AS n FROM orders WHERE created_at >= $1
 GROUP BY status ORDER BY n DESC", params=["2025-01-01"]) -> {"columns":[{"name":"status",
 "data_type":"text"},{"name":"n","data_type":"bigint"}],"rows":[["delivered",812],
@@ -88,26 +88,17 @@ async def _held(app: AppContext, result: QueryResult, sql_hash: str) -> CallTool
     JSON, read once, so no page runs the query again or holds anything open on the database."""
     assert result.page_bytes is not None
     cut = pages.cut(result.rows_json, len(result.rows), result.rest, result.page_bytes)
-    more = result.has_more
-    notes = tuple(result.notes)
-    limit = app.settings.server.result_store_bytes
-    header_bytes = len(result.columns_json.encode()) + 600 + sum(len(n) for n in notes)
-    while len(cut) > 1 and sum(len(r) for _, r in cut) + len(cut) * header_bytes > limit:
-        cut.pop()  # (the reader keeps a result within the store; this is its headers' share)
-        more = True
-    total = sum(n for n, _ in cut)
-    elapsed = round(result.elapsed_ms, 3)
-    held: list[bytes] = []
-    first = 0
-    for rows, rows_json in cut:
-        header = pages.Header(
-            result.columns_json, first, rows, total, more, notes, elapsed, sql_hash
-        )
-        held.append(pages.held(header, rows_json))
-        first += rows
+    held, first = pages.holding(
+        cut,
+        result.columns_json,
+        more=result.has_more,
+        notes=result.notes,
+        execution_time_ms=round(result.elapsed_ms, 3),
+        query_hash=sql_hash,
+        max_bytes=app.settings.server.result_store_bytes,
+    )
     result_id = await app.results.put(current_owner(), held)
-    header = pages.split(held[0])[0]
-    return _page_result(header, result.rows_json, result.rows, 1, len(held), result_id)
+    return _page_result(first, result.rows_json, result.rows, 1, len(held), result_id)
 
 
 def _page_result(
@@ -143,14 +134,14 @@ async def read_page(app: AppContext, cursor: str) -> CallToolResult:
     return _page_result(header, rows_json, json.loads(rows_json), page, count, result_id)
 
 
-def _one_of(sql: str | None, cursor: str | None) -> None:
-    if sql is not None and cursor is not None:
+def _one_of(sql: str, cursor: str) -> None:
+    if sql and cursor:
         raise ParameterError(
             "Pass either 'sql' (run a query) or 'cursor' (the next page of one), not both.",
             suggestion="To read the next page, call execute_query with only cursor=next_cursor.",
             context={"parameter": "cursor"},
         )
-    if sql is None and cursor is None:
+    if not sql and not cursor:
         raise ParameterError(
             "Missing 'sql': pass the query to run (or 'cursor' for the next page of one).",
             suggestion='execute_query(sql="SELECT ...") runs a query; cursor=next_cursor '
@@ -169,23 +160,16 @@ def query_tools() -> list[ToolDef]:
     async def execute_query(
         app: AppContext,
         sql: Annotated[
-            str | None,
-            Field(
-                description="SQL SELECT query to execute. Use $1, $2, etc. for parameters. "
-                "Required unless `cursor` is given."
-            ),
-        ] = None,
+            str,
+            Field(description="SQL SELECT query to execute. Use $1, $2, etc. for parameters."),
+        ] = "",
         params: Params = None,
         limit: Annotated[
             int | None,
             Field(
                 ge=1,
                 le=MAX_LIMIT,
-                description=(
-                    "Most rows the query returns in all (applied if the query lacks LIMIT; "
-                    "never above the server's MCP_MAX_ROWS); an answer holds what fits its "
-                    "size budget, the rest come page by page with `cursor`"
-                ),
+                description="Most rows over all pages (if the query lacks LIMIT)",
             ),
         ] = 1000,
         timeout_ms: Annotated[
@@ -198,35 +182,17 @@ def query_tools() -> list[ToolDef]:
                 ),
             ),
         ] = None,
-        cursor: Annotated[
-            str | None,
-            Field(
-                description=(
-                    "next_cursor of an earlier answer: its next page, from the result read "
-                    "then (the query does not run again). Pass it alone, without sql"
-                )
-            ),
-        ] = None,
-        full_values: Annotated[
-            list[str] | None,
-            Field(
-                description=(
-                    "Result columns whose values are never cut (long text, bytea, json and "
-                    "arrays are otherwise cut at the server's MCP_MAX_VALUE_CHARS, marked "
-                    "with their length)"
-                )
-            ),
-        ] = None,
+        cursor: Annotated[str, Field(description="An answer's next_cursor: its next page")] = "",
+        full_values: Annotated[list[str], Field(description="Columns never cut")] = [],  # noqa: B006 (pydantic copies it per call)
     ) -> Annotated[CallToolResult, ExecuteQueryOutput]:
         _one_of(sql, cursor)
-        if cursor is not None:
+        if cursor:
             return await read_page(app, cursor)
-        assert sql is not None
         text = sql
         sql_hash = query_hash(text)
         owner = current_owner()
         server = app.settings.server
-        full = frozenset(full_values or ())
+        full = frozenset(full_values)
         try:
             try:
                 result = await app.db.run(

@@ -6,6 +6,7 @@
 - `search`: search_tables.
 - `names`: schema and table names for completions and prompts.
 - `server_info`: what the server resources report about PostgreSQL itself.
+- `erd`: entity-relationship diagrams as Mermaid text.
 
 The rest of the server imports these names from here (the face); the modules are
 imported on first use, so importing one part does not load the others."""
@@ -19,6 +20,7 @@ from pg_mcp_server.database import face
 if TYPE_CHECKING:
     # modules the rest uses as namespaces (`catalog.describe_table`, `sqltree.walk`)
     from pg_mcp_server.database.catalog import (
+        erd as erd,
         names as names,
         server_info as server_info,
         tables as tables,
@@ -59,5 +61,5 @@ __getattr__ = face(
         "search": ["search_tables"],
         "tables": ["SNAPSHOT", "SnapshotCache"],
     },
-    modules=["names", "server_info", "tables"],
+    modules=["erd", "names", "server_info", "tables"],
 )

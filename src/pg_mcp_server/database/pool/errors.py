@@ -8,6 +8,7 @@ password can leak; PostgreSQL's own messages about a statement are passed on.
 
 from __future__ import annotations
 
+import re
 import socket
 from typing import Any
 
@@ -18,6 +19,7 @@ from pg_mcp_server.errors import (
     ColumnNotFoundError,
     DatabaseConnectionError,
     InvalidSqlError,
+    NotPopulatedError,
     ParameterError,
     PermissionDeniedError,
     PgMcpError,
@@ -51,6 +53,11 @@ def pg_context(err: asyncpg.PostgresError) -> dict[str, Any]:
         if value:
             ctx[key] = value
     return ctx
+
+
+# PostgreSQL's message (in English, its default lc_messages; another language's falls back to
+# INVALID_SQL with PostgreSQL's own hint) for reading a materialized view WITH NO DATA
+_UNPOPULATED = re.compile(r'^materialized view ".*" has not been populated$')
 
 
 def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpError | None:
@@ -151,6 +158,10 @@ def translate(exc: BaseException, *, timeout_ms: int | None = None) -> PgMcpErro
             return ColumnNotFoundError(err.message, context=pg_context(err))
         if isinstance(err, asyncpg.UndefinedTableError):
             return TableNotFoundError(err.message, context=pg_context(err))
+        if isinstance(err, asyncpg.ObjectNotInPrerequisiteStateError) and _UNPOPULATED.search(
+            err.message or ""
+        ):
+            return NotPopulatedError(err.message, context=pg_context(err))
         if isinstance(err, asyncpg.PostgresError):
             return InvalidSqlError(err.message or str(err), context=pg_context(err))
     for err in chain:

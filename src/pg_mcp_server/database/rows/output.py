@@ -37,7 +37,10 @@ class Budget:
         limit + 1), `kept` of them sent."""
         notes: list[str] = []
         if read > limit:
-            notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
+            notes.append(
+                f"more rows exist beyond the limit of {limit}; raise limit (up to {self.rows}) "
+                "or narrow the query"
+            )
         if cut_by_size:
             cut = f"cut after {kept} rows at" if kept else "the first row alone is over"
             notes.append(f"{cut} the {self.bytes}-byte result limit; select fewer columns or rows")
