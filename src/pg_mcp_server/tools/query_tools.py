@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Annotated, Any
@@ -28,7 +29,7 @@ from pg_mcp_server.errors import (
     TableNotFoundError,
 )
 from pg_mcp_server.models.results import ExecuteQueryOutput, ExplainQueryOutput
-from pg_mcp_server.results import current_owner, pages
+from pg_mcp_server.results import StoreUnavailable, current_owner, pages
 from pg_mcp_server.tools.registry import READ_ONLY, ToolDef, make_tool, ok, ok_json
 
 EXECUTE_QUERY = """Run one read-only SQL query and return its rows as JSON.
@@ -97,7 +98,15 @@ async def _held(app: AppContext, result: QueryResult, sql_hash: str) -> CallTool
         query_hash=sql_hash,
         max_bytes=app.settings.server.result_store_bytes,
     )
-    result_id = await app.results.put(current_owner(), held)
+    try:
+        result_id = await app.results.put(current_owner(), held)
+    except StoreUnavailable as exc:
+        # A store that is down costs paging, never the answer (results/store.py): the first
+        # page without a cursor, saying why.
+        why = f"paging is unavailable ({exc}): narrow the query, or run it again later"
+        first = dataclasses.replace(first, notes=(*first.notes, why))
+        output, encoded = pages.answer(first, result.rows_json, result.rows, 1, len(held), None)
+        return ok_json(output, encoded=encoded)
     return _page_result(first, result.rows_json, result.rows, 1, len(held), result_id)
 
 
