@@ -412,12 +412,16 @@ async def test_a_role_without_pg_monitor_is_told_which_sessions_it_cannot_see(ds
         await other.execute("BEGIN")
         async with connect(as_role(dsn, role), allow_privileged_role=False) as client:
             out = await call(client, "analyze_db_health", checks=["idle_in_transaction"])
+            # a role that may not read shared_preload_libraries still gets the fix, not
+            # PERMISSION_DENIED (the test database has no pg_stat_statements)
+            top = await call_error(client, "get_top_queries")
     finally:
         await other.close()
         await execute(dsn, f"DROP ROLE {role}")
     assert not out.get("findings")
     note = status(out)["idle_in_transaction"]["note"]
     assert "sessions of other roles not seen" in note and "pg_read_all_stats" in note
+    assert top["error"]["code"] == "EXTENSION_MISSING", top
 
 
 async def test_an_unknown_check_is_a_parameter_error(dsn: str) -> None:
@@ -544,3 +548,24 @@ async def test_top_queries_keep_to_the_answer_budget(preloaded: str) -> None:
     assert 0 < shown < out["total_count"]
     rest = min(100, out["total_count"]) - shown
     assert out["note"] == f"{rest} more within limit not shown (the answer budget)"
+
+
+async def test_a_locked_sequence_costs_its_check_a_second_not_the_statement_timeout(
+    dsn: str,
+) -> None:
+    """Its owner holding a sequence in ACCESS EXCLUSIVE (the sequence check reads its last
+    value, which waits on that lock) stalls the check only until lock_timeout; the check says
+    why and the others answer (attack4 F-E)."""
+    await execute(dsn, "CREATE SEQUENCE IF NOT EXISTS health_held_seq")
+    holder = await asyncpg.connect(dsn)
+    try:
+        # ALTER SEQUENCE takes ACCESS EXCLUSIVE until the transaction ends
+        await holder.execute("BEGIN; ALTER SEQUENCE health_held_seq RESTART")
+        async with connect(dsn) as client:
+            out = await call(client, "analyze_db_health", checks=["sequences", "connections"])
+    finally:
+        await holder.close()
+        await execute(dsn, "DROP SEQUENCE health_held_seq")
+    checks = status(out)
+    assert "locked by another session" in checks["sequences"]["error"], checks
+    assert "error" not in checks["connections"]

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -585,6 +586,27 @@ async def test_the_key_never_shows(
     assert body["error"]["code"] == "EMBEDDING_ERROR" and "HTTP 401" in body["error"]["message"]
     assert KEY not in json.dumps(body) and KEY not in caplog.text
     assert KEY not in repr(ServerSettings(**openai(api)))
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        lambda key: json.dumps({"error": f"Bearer {key}"}).replace("/", "\\/"),  # JSON escapes
+        lambda key: "header=Bearer%20" + urllib.parse.quote(key, safe=""),  # percent-encoded
+        lambda key: f"upstream said: ...{key[3:15]}...",  # a piece of it
+    ],
+)
+async def test_no_form_of_the_key_shows_in_an_error(api: FakeApi, echo: Any) -> None:
+    """A gateway's 500 (retried, then reported) that echoes the key, encoded or in part."""
+    key = "sk-pr0j/9x+Qz7=w2Lm4"  # slashes and pluses: JSON and URLs encode them
+    api.default = lambda _, body: (500, {}, echo(key))
+    settings = ServerSettings(**{**openai(api, embedding_retries=0), "embedding_api_key": key})
+    with pytest.raises(EmbeddingError) as raised:
+        await RemoteEmbedder("openai", settings).embed(["x"])
+    said = json.dumps([raised.value.message, raised.value.context])
+    assert "HTTP 500" in said and "not shown" in said
+    for i in range(len(key) - 7):
+        assert key[i : i + 8] not in said
 
 
 async def test_a_wrong_dimension_from_the_provider(api: FakeApi, demo_dsn: str) -> None:

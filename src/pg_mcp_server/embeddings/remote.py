@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, quote_plus
 
 import httpx2 as httpx
 
@@ -76,10 +78,20 @@ class RemoteEmbedder:
             context={"provider": self.provider, "url": shown_url(self.endpoint), **context},
         )
 
-    def _quoted(self, body: str) -> str:
-        """The start of an error answer, without the key (a gateway may echo the request)."""
-        if self._key is not None and self._key.get_secret_value():
-            body = body.replace(self._key.get_secret_value(), "**********")
+    def _quoted(self, body: str, status: int) -> str:
+        """The start of an error answer, never any of the key: a gateway may echo the request,
+        its headers too, encoded (JSON escapes, percent-encoding). A refused login's answer is
+        not quoted at all; any other that holds 8 characters of the key, in any of those
+        forms, is not quoted either."""
+        if status in (401, 403):
+            return "(the login was refused: check MCP_EMBEDDING_API_KEY; its answer is not shown)"
+        key = self._key.get_secret_value() if self._key is not None else ""
+        if key:
+            forms = {key, json.dumps(key)[1:-1], quote(key, safe=""), quote_plus(key)}
+            window = min(8, len(key))
+            for form in forms:
+                if any(form[i : i + window] in body for i in range(len(form) - window + 1)):
+                    return "(its answer repeats part of the key, so it is not shown)"
         return body[:_BODY_CHARS]
 
     def _request(self, texts: Sequence[str]) -> dict[str, Any]:
@@ -126,7 +138,8 @@ class RemoteEmbedder:
                         raise self._error("answered something that is not JSON") from None
                     return self._vectors(answer)
                 failure = self._error(
-                    f"answered HTTP {response.status_code}: {self._quoted(response.text)}",
+                    f"answered HTTP {response.status_code}: "
+                    + self._quoted(response.text, response.status_code),
                     status=response.status_code,
                 )
                 retryable = response.status_code == 429 or response.status_code >= 500

@@ -30,7 +30,7 @@ from pg_mcp_server.database.sql import statement
 
 MAX_ENTITIES = 60
 MAX_COLUMNS = 24
-COMMENT_CHARS = 60
+COMMENT_CHARS = 60  # (the statement reads one more, so a longer comment is known to be cut)
 
 # $1 schema; $2 a table of it, or NULL for the whole schema. The schema's tables (plain and
 # partitioned parents, not partitions, not views: keys live on tables) and the tables of other
@@ -90,7 +90,8 @@ SELECT (SELECT ns.oid IS NOT NULL FROM ns) AS schema_exists,
           'columns', (SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
               'name', a.attname, 'type', pg_catalog.format_type(a.atttypid, a.atttypmod),
               'pk', COALESCE(a.attnum = ANY (p.conkey), false),
-              'comment', pg_catalog.col_description(c.oid, a.attnum)) ORDER BY a.attnum)
+              'comment', pg_catalog.left(pg_catalog.col_description(c.oid, a.attnum), 61))
+              ORDER BY a.attnum)
             FROM pg_catalog.pg_attribute a
             LEFT JOIN pg_catalog.pg_constraint p ON p.conrelid = c.oid AND p.contype = 'p'
             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped))

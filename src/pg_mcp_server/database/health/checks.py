@@ -40,8 +40,17 @@ PER_CHECK = 20  # findings a check may show; the rest are counted
 _SAVEPOINT = "SAVEPOINT pg_mcp_health"
 _RELEASE = "RELEASE SAVEPOINT pg_mcp_health"
 _ROLLBACK = "ROLLBACK TO SAVEPOINT pg_mcp_health"
+# A check that would wait on a lock someone holds (pg_get_expr of an expression index, a
+# sequence's last value: their owner may hold them to stall us) gives up after this, and says
+# so, instead of spending the statement timeout: set once for the transaction.
+LOCK_WAIT_MS = 1000
+_LOCK_TIMEOUT = f"SET LOCAL lock_timeout = {LOCK_WAIT_MS}"
 
 _REASONS: dict[type[asyncpg.PostgresError], str] = {
+    # (before its parent class, ObjectNotInPrerequisiteStateError)
+    asyncpg.LockNotAvailableError: (
+        f"an object it reads was locked by another session for over {LOCK_WAIT_MS} ms"
+    ),
     asyncpg.InsufficientPrivilegeError: "this role lacks a privilege it needs",
     asyncpg.UndefinedTableError: "a view it reads does not exist on this server",
     asyncpg.UndefinedFunctionError: "a function it calls does not exist on this server",
@@ -59,6 +68,7 @@ def _reason(exc: asyncpg.PostgresError) -> str:
 async def run_checks(conn: asyncpg.Connection, names: list[str]) -> list[Outcome]:
     """Each named check, in the order given, on `conn` (inside a read-only transaction)."""
     outcomes = []
+    await conn.execute(_LOCK_TIMEOUT)
     for name in names:
         await conn.execute(_SAVEPOINT)
         try:

@@ -41,7 +41,10 @@ SELECT (SELECT e.extversion FROM pg_catalog.pg_extension e
         FROM pg_catalog.pg_extension e
         JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
         WHERE e.extname = 'pg_stat_statements') AS path,
-       pg_catalog.current_setting('shared_preload_libraries') AS preload,
+       -- pg_settings, not current_setting(), which refuses a role without
+       -- pg_read_all_settings; for such a role the row is hidden and preload is NULL
+       (SELECT s.setting FROM pg_catalog.pg_settings s
+        WHERE s.name = 'shared_preload_libraries') AS preload,
        EXISTS (SELECT FROM pg_catalog.pg_available_extensions a
                WHERE a.name = 'pg_stat_statements') AS available
 """,
