@@ -12,6 +12,7 @@ import pytest_asyncio
 from mcp import Client
 from mcpclient import call, call_error, connect, execute, fetch, held_client, module_database
 from pgbed import PgServer
+from pglast import ast, enums, parse_sql
 
 CANARY = """
 CREATE TABLE canary (id serial PRIMARY KEY, secret_note text, body text);
@@ -236,3 +237,15 @@ async def test_an_unpopulated_materialized_view_says_so_not_invalid_sql(
     # what is there to use instead: its definition
     described = await call(served, "describe_table", table_name="canary_later")
     assert "canary" in json.dumps(described)
+
+
+def test_a_where_clause_comes_back_as_the_one_expression_it_parses_to() -> None:
+    """`a) OR (b` passes as one expression, `a OR b`; spliced before `AND <ours>` as written it
+    would bind as `a OR (b AND <ours>)` (attack4): it comes back written from its parse tree."""
+    from pg_mcp_server.database.guard.gate import check_where_clause
+
+    clause = check_where_clause("id = 1) OR (id = 2", "canary")
+    assert clause == "(id = 1 OR id = 2)"
+    combined = parse_sql(f"SELECT 1 FROM canary WHERE {clause} AND id > 0")[0].stmt
+    assert isinstance(combined, ast.SelectStmt) and isinstance(combined.whereClause, ast.BoolExpr)
+    assert combined.whereClause.boolop == enums.BoolExprType.AND_EXPR

@@ -214,12 +214,15 @@ def qualified_sql(sql: str, names: tuple[tuple[str, str, str], ...]) -> str:
 
 
 def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = True) -> str:
-    """Validate an untrusted WHERE expression; return it wrapped for splicing.
+    """Validate an untrusted WHERE expression; return it, parenthesized, for splicing.
 
     The clause is probed inside `SELECT 1 FROM <table> WHERE (<clause>\\n)`: the parse must be
     that one plain SELECT, so a clause that closes the parenthesis and goes on (UNION,
     ORDER BY, LIMIT, FOR UPDATE, a second statement) is refused. The newline keeps a trailing
-    `--` comment from swallowing the closing parenthesis.
+    `--` comment from swallowing the closing parenthesis. What is returned is the expression
+    PostgreSQL's parser found, written back from its tree: `a) OR (b` is one expression
+    there, `a OR b`, and comes back as `(a OR b)`, so that joined to a condition of ours
+    with AND it stays one operand (as the caller's text it would bind as `a OR (b AND ...)`).
     """
     wrapped = f"({clause}\n)"
     prefix = f"SELECT 1 FROM {from_sql} WHERE "
@@ -236,7 +239,9 @@ def check_where_clause(clause: str, from_sql: str, *, strict_comments: bool = Tr
             suggestion="Pass only the condition, e.g. \"status = 'active' AND id > 10\".",
             context={"rule": "where_clause_shape", "found": extra},
         )
-    return wrapped
+    (probe,) = parse_sql(prefix + wrapped)
+    assert isinstance(probe.stmt, ast.SelectStmt) and probe.stmt.whereClause is not None
+    return "(" + stream.RawStream()(probe.stmt.whereClause) + ")"
 
 
 @dataclass
