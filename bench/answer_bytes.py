@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import asyncpg
-from common import SUPERUSER_OK, header
+from common import SUPERUSER_OK, header, made_database
 from mcp import Client
 
 from pg_mcp_server.config import Settings
@@ -46,13 +45,7 @@ async def measure(dsn: str) -> None:
 
 
 async def prepare(pg: EmbeddedPostgres) -> str:
-    dsn = pg.create_database("answer_bytes")
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(SETUP)
-    finally:
-        await conn.close()
-    return dsn
+    return await made_database(pg, "answer_bytes", SETUP)
 
 
 def main() -> None:

@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx2 as httpx
-from common import header
+from common import header, made_database
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -146,13 +145,7 @@ async def run(dsn: str, store_mb: int, clients: int, rounds: int) -> None:
 
 
 async def prepare(pg: EmbeddedPostgres) -> str:
-    dsn = pg.create_database("paging_memory")
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(SETUP)
-    finally:
-        await conn.close()
-    return dsn
+    return await made_database(pg, "paging_memory", SETUP)
 
 
 def main() -> None:

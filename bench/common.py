@@ -85,3 +85,16 @@ def header() -> str:
     dirty = "+dirty" if git("status", "--porcelain", "src") else ""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return f"commit {git('rev-parse', '--short', 'HEAD')}{dirty}, load average {load}"
+
+
+async def made_database(pg: Any, name: str, setup: str) -> str:
+    """A database `name` of the embedded server `pg` (an EmbeddedPostgres), made with `setup`."""
+    import asyncpg
+
+    dsn: str = pg.create_database(name)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(setup)
+    finally:
+        await conn.close()
+    return dsn

@@ -21,8 +21,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-import asyncpg
-from common import SUPERUSER_OK, call_tool, header
+from common import SUPERUSER_OK, call_tool, header, made_database
 from mcp import Client
 
 from pg_mcp_server.config import Settings
@@ -90,13 +89,7 @@ async def profile(dsn: str, calls: int, verbose: bool) -> None:
 
 
 async def prepare(pg: EmbeddedPostgres) -> str:
-    dsn = pg.create_database("profile_call")
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(SETUP)
-    finally:
-        await conn.close()
-    return dsn
+    return await made_database(pg, "profile_call", SETUP)
 
 
 def main() -> None:

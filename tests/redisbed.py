@@ -9,7 +9,6 @@ missing.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -17,19 +16,13 @@ from pathlib import Path
 
 import redis
 from eventually import wait_for
+from serverproc import free_port
 
 BINARY = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def available() -> bool:
     return Path(BINARY).is_file()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -12,9 +12,13 @@ import os
 import re
 import selectors
 import shutil
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -170,3 +174,55 @@ def http_answers(proc: subprocess.Popen[Any], base: str) -> bool:
     except httpx.TransportError:  # not listening yet
         return False
     return True
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (bound, then let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Running:
+    base: str
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def mcp(self) -> str:
+        return self.base + "/mcp"
+
+
+@contextmanager
+def http_server(
+    dsn: str, *args: str, stderr: Path | None = None, wait_s: float = 30, **env: str
+) -> Iterator[Running]:
+    """The server over HTTP on a free loopback port, with `env` added to a clean
+    environment, its stderr to `stderr`; stopped (SIGTERM, then SIGKILL) when left."""
+    from eventually import wait_for
+
+    port = free_port()
+    log = stderr.open("wb") if stderr is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [EXECUTABLE, "--transport", "http", "--port", str(port), "--dsn", dsn, *args],
+        env=clean_env(**env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_for(lambda: http_answers(proc, base), wait_s):
+            said = stderr.read_text()[-3000:] if stderr is not None else ""
+            raise AssertionError(f"the server did not listen in {wait_s:g} s {said}")
+        yield Running(base, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
+        if not isinstance(log, int):
+            log.close()

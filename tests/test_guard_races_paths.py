@@ -45,7 +45,7 @@ from customdefs import serve as serve_custom
 from mcp import Client, StdioServerParameters
 from mcp_types import PromptReference, ResourceTemplateReference
 from mcpclient import call, call_error, fetch, records
-from serverproc import EXECUTABLE, clean_env
+from serverproc import EXECUTABLE, clean_env, http_server as serve_http
 from test_guard_races import (
     REPLACE_VIEW,
     Bed,
@@ -55,7 +55,6 @@ from test_guard_races import (
     race,
     server as server_in_process,
 )
-from test_http import serve as serve_http
 
 from pg_mcp_server.config import APPLICATION_NAME
 

@@ -10,8 +10,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,53 +23,11 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, call_error, execute, fetch, records
-from serverproc import clean_env, http_answers
+from serverproc import Running, http_server as serve
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 ACCEPT = "application/json, text/event-stream"
 TOKEN = "test-token-7f3a"
-
-
-@dataclass
-class Running:
-    base: str
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def mcp(self) -> str:
-        return self.base + "/mcp"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextmanager
-def serve(dsn: str, *args: str, stderr: Path | None = None, **env: str) -> Iterator[Running]:
-    port = free_port()
-    environ = clean_env()
-    environ.update(env)
-    log = stderr.open("wb") if stderr is not None else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        [EXECUTABLE, "--transport", "http", "--port", str(port), "--dsn", dsn, *args],
-        env=environ,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    try:
-        assert wait_for(lambda: http_answers(proc, base), 30), "the server did not listen in 30 s"
-        yield Running(base, proc)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        if stderr is not None:
-            log.close()  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import os
 import re
 import selectors
 import signal
-import socket
 import subprocess
 import termios
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 from eventually import wait_for
-from serverproc import EXECUTABLE, ROOT, Server, clean_env, gone, uv_run
+from serverproc import EXECUTABLE, ROOT, Server, clean_env, free_port, gone, uv_run
 
 STOP_S = 1.5  # from the signal to the exit of an idle server (README: "within a second")
 DELETED_S = 30.0  # the demo's files are deleted after the exit, by a process of its own
@@ -105,13 +104,6 @@ def test_a_killed_demo_leaves_nothing_behind_either(tmp_path: Path) -> None:
         assert wait_for(lambda: not files.exists(), DELETED_S), "the demo's files were kept"
     finally:
         server.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def healthy(port: int) -> bool:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -26,8 +25,7 @@ from eventually import wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcpclient import call, call_error, execute, records
-from redisbed import free_port
-from serverproc import clean_env, http_answers
+from serverproc import Running, clean_env, free_port, http_server
 
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 TOKENS = ("token-of-alice-5d1e", "token-of-bob-9c2f")
@@ -48,36 +46,14 @@ async def dsn(scratch_dsn: str) -> str:
     return scratch_dsn
 
 
-@dataclass
-class Replica:
-    mcp: str
-    proc: subprocess.Popen[bytes]
-
-
 @contextmanager
-def replica(dsn: str, store: str, log: Path, *args: str) -> Iterator[Replica]:
+def replica(dsn: str, store: str, log: Path, *args: str) -> Iterator[Running]:
     """One server process over HTTP with the given result store."""
-    port = free_port()
-    env = clean_env(MCP_RESULT_STORE=store, MCP_AUTH_TOKENS=",".join(TOKENS))
-    with log.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [EXECUTABLE, "--transport", "http", "--port", str(port), "--dsn", dsn, *args],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            assert wait_for(lambda: http_answers(proc, base), 60), log.read_text()[-3000:]
-            yield Replica(base + "/mcp", proc)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(15)
+    tokens = ",".join(TOKENS)
+    with http_server(
+        dsn, *args, stderr=log, wait_s=60, MCP_RESULT_STORE=store, MCP_AUTH_TOKENS=tokens
+    ) as running:
+        yield running
 
 
 @contextmanager

@@ -20,8 +20,8 @@ from eventually import eventually, wait_for
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, records
-from serverproc import EXECUTABLE, Server, clean_env
-from test_http import ACCEPT, V1, serve
+from serverproc import EXECUTABLE, Server, clean_env, http_server as serve
+from test_http import ACCEPT, V1
 
 from pg_mcp_server.transport.envelope import check
 from pg_mcp_server.transport.idscan import Addressee
