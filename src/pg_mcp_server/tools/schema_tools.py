@@ -15,7 +15,13 @@ from mcp_types import CallToolResult
 from pydantic import Field, WithJsonSchema
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database.catalog import pages, search_tables as search, tables as catalog
+from pg_mcp_server.database.catalog import (
+    may_be_qualified,
+    pages,
+    search_tables as search,
+    split_name,
+    tables as catalog,
+)
 from pg_mcp_server.database.rows import Relation, column_hint, cut_text, sample_rows
 from pg_mcp_server.errors import ColumnNotFoundError, ParameterError
 from pg_mcp_server.models.schema import (
@@ -110,6 +116,17 @@ def _cut_document(doc: dict[str, Any], max_chars: int) -> dict[str, Any]:
         if part in doc:
             out[part] = [item | _cut(item, texts, max_chars) for item in doc[part]]
     return out
+
+
+async def resolve_table(
+    app: AppContext, schema: str, table: str, default_schema: str
+) -> tuple[str, str]:
+    """(schema, table) of a table name that may be qualified (`sales.orders`,
+    `"Sales"."Orders"`), as PostgreSQL parses it, unless a table has that exact name; one
+    statement, only for a name with a dot or a quote."""
+    if not may_be_qualified(table):
+        return schema, table
+    return await app.db.run(lambda conn: split_name(conn, schema, table, default_schema), own=True)
 
 
 def _resume(
@@ -265,6 +282,7 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
             "include_constraints": include_constraints,
         }
         start, listing = _resume("describe_table", cursor, arguments)
+        schema_name, table_name = await resolve_table(app, schema_name, table_name, default_schema)
         doc = await describe_document(
             app, schema_name, table_name, include_indexes, include_constraints
         )
@@ -303,6 +321,7 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         where_clause: str | None = None,
         randomize: bool = False,
     ) -> Annotated[CallToolResult, GetSampleRowsOutput]:
+        schema_name, table_name = await resolve_table(app, schema_name, table_name, default_schema)
         try:
             sample = await app.db.run(
                 lambda conn: sample_rows(
