@@ -14,6 +14,7 @@ import pytest_asyncio
 from mcp import Client
 from mcpclient import call, call_error, execute, fetch, held_client, module_database
 from pgbed import PgServer
+from schemamap import map_line
 
 from pg_mcp_server.database.rows import cut_marker
 from pg_mcp_server.models.relationships import FindJoinPathOutput, GetForeignKeysOutput
@@ -122,23 +123,19 @@ async def client(dsn: str) -> AsyncIterator[Client]:
 
 
 def expected_line(column: Any, keys: list[Any]) -> str:
-    """The schema map's line for a column, as docs/tools.md defines it, from the catalog."""
-    line = f"{column['name']} {column['type']}" + (" PK" if column["pk"] else "")
-    mine = [k for k in keys if k["tbl"] == column["tbl"] and column["name"] in k["cols"]]
-    for k in sorted(mine, key=lambda k: (len(k["cols"]), k["conname"])):
-        target = ("" if k["same"] else f"{k['ref_schema']}.") + k["ref_table"]
-        if len(k["cols"]) == 1:
-            line += f" -> {target}.{k['ref_cols'][0]}"
-            line += "" if k["convalidated"] else " [NOT VALID]"
-        elif k["cols"][0] == column["name"]:
-            line += f" -> {target}({', '.join(k['ref_cols'])}) [key {k['conname']} with "
-            line += ", ".join(k["cols"][1:]) + ("" if k["convalidated"] else ", NOT VALID") + "]"
-        else:
-            line += f" [in key {k['conname']}]"
-    if column["comment"] is not None:
-        text = column["comment"]
-        line += " -- " + (text if len(text) <= 80 else text[:80] + cut_marker(len(text)))
-    return line
+    """The schema map's line for a column (schemamap.map_line) from the catalog's facts."""
+    mine = [
+        {
+            "conname": k["conname"],
+            "cols": k["cols"],
+            "ref_cols": k["ref_cols"],
+            "validated": k["convalidated"],
+            "target": ("" if k["same"] else f"{k['ref_schema']}.") + k["ref_table"],
+        }
+        for k in keys
+        if k["tbl"] == column["tbl"] and column["name"] in k["cols"]
+    ]
+    return map_line(f"{column['name']} {column['type']}", column["pk"], mine, column["comment"])
 
 
 async def test_schema_map_shows_each_key_whole_and_marks_not_valid(
