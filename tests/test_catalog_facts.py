@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 import pytest
 import pytest_asyncio
 from mcp import Client
@@ -17,6 +18,7 @@ from pgbed import PgServer
 from schemamap import map_line
 
 from pg_mcp_server.database.rows import cut_marker
+from pg_mcp_server.database.vectors import schema_vectors
 from pg_mcp_server.models.relationships import FindJoinPathOutput, GetForeignKeysOutput
 from pg_mcp_server.models.schema import (
     DescribeTableOutput,
@@ -98,6 +100,7 @@ CREATE TABLE vec.doc (id int PRIMARY KEY, body text, embedding vector(3), plain 
 CREATE INDEX doc_embedding_idx ON vec.doc USING hnsw (embedding vector_cosine_ops);
 CREATE INDEX doc_l2_part_idx ON vec.doc USING ivfflat (l2 vector_l2_ops) WHERE id > 0;
 COMMENT ON COLUMN vec.doc.embedding IS 'Body embedding';
+INSERT INTO vec.doc (id, body, embedding) VALUES (1, 'east', '[1,0,0]'), (2, 'north', '[0,1,0]');
 """
 
 
@@ -401,6 +404,21 @@ async def test_vector_columns_show_their_search_in_discovery(
             "partial_index": True,
         },
     }
+    # The same facts similarity_search reads (vectors.schema_vectors), column by column.
+    conn = await asyncpg.connect(dsn)
+    try:
+        searched = {c.name: c.describe() for c in (await schema_vectors(conn, "vec"))["doc"]}
+    finally:
+        await conn.close()
+    for name, seen in searched.items():
+        mine = facts[name]
+        assert mine is not None
+        assert (mine["distance"], mine["operator"]) == (
+            seen["search_distance"],
+            seen["search_operator"],
+        )
+        assert mine.get("dimensions") == seen["dimensions"], name
+        assert mine.get("index") == next((i["name"] for i in seen["indexes"]), None), name
     listed = await call(client, "list_tables", schema_name="vec", include_columns=True)
     assert listed["tables"][0]["columns"] == [
         "id integer PK",
@@ -429,3 +447,19 @@ def test_the_catalog_knows_pgvector_as_similarity_search_does() -> None:
     assert tables.CUT_MARK_SQL.format(length="n") == (
         "pg_catalog.format('" + cut_marker(0).replace("0", "%s") + "', n)"
     )
+
+
+async def test_similarity_search_takes_a_qualified_name(
+    client: Client, dsn: str, pg: PgServer
+) -> None:
+    await vectors_or_skip(dsn, pg)
+    out = await call(
+        client,
+        "similarity_search",
+        table_name="vec.doc",
+        column="embedding",
+        query_vector=[1, 0, 0],
+        limit=1,
+        columns=["id", "body"],
+    )
+    assert out["rows"][0][:2] == [1, "east"]
