@@ -463,3 +463,35 @@ async def test_similarity_search_takes_a_qualified_name(
         columns=["id", "body"],
     )
     assert out["rows"][0][:2] == [1, "east"]
+
+
+def test_a_key_on_a_table_too_big_to_read_is_said_not_counted() -> None:
+    """The note when the count is not made (pure: which note the facts give)."""
+    from pg_mcp_server.database.catalog import joinsql
+    from pg_mcp_server.database.catalog.joinpaths import Edge, Graph
+    from pg_mcp_server.database.catalog.keys import ForeignKey
+
+    def key(rows: int | None) -> ForeignKey:
+        return ForeignKey(
+            "flight_dest_fkey", "public", "flight", 1, "public", "airport", 2,
+            ("dest",), ("faa",), "NO ACTION", "NO ACTION", validated=False, from_rows=rows,
+            not_null=True, from_unique=False, from_visible=True, to_visible=True,
+        )  # fmt: skip
+
+    big = key(joinsql.ORPHAN_SCAN_ROWS + 1)
+    graph = Graph([big])
+    assert not joinsql.countable(big)
+    assert joinsql.unchecked_notes(graph, [Edge(big, True)], {}) == [
+        f"flight_dest_fkey is NOT VALID: some flight rows may reference no airport (not "
+        f"counted: about {joinsql.ORPHAN_SCAN_ROWS + 1} rows to read); the LEFT JOIN here "
+        "keeps them; an inner JOIN would drop them"
+    ]
+    partitioned = key(None)
+    assert joinsql.unchecked_notes(Graph([partitioned]), [Edge(partitioned, True)], {}) == [
+        "flight_dest_fkey is NOT VALID: some flight rows may reference no airport (not "
+        "counted); the LEFT JOIN here keeps them; an inner JOIN would drop them"
+    ]
+    capped: dict[str, int | None] = {"flight_dest_fkey": joinsql.ORPHAN_CAP}
+    assert joinsql.unchecked_notes(graph, [Edge(big, True)], capped)[0].startswith(
+        f"flight_dest_fkey is NOT VALID: at least {joinsql.ORPHAN_CAP} flight rows"
+    )

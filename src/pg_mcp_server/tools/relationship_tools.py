@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import asyncpg
 from mcp_types import CallToolResult
 from pydantic import Field
 
@@ -152,7 +153,7 @@ async def _orphans(app: AppContext, paths: list[Path]) -> dict[str, int | None]:
         got = await app.db.run(
             lambda conn: app.reader.read(conn, sql, limit=1, max_text=100), explicit=True
         )
-    except PgMcpError:
+    except (PgMcpError, asyncpg.PostgresError):  # refused, no privilege, timed out ...
         return {}
     return {k.constraint_name: int(n) for k, n in zip(keys, got.rows[0], strict=True)}
 
