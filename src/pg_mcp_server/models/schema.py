@@ -46,7 +46,7 @@ class TableInfo(Compact):
     has_primary_key: bool = False
     column_count: int = 0
     partitions: list[str] | None = None  # additive
-    # additive: false for a materialized view never refreshed (querying it fails: NOT_POPULATED)
+    # additive: false for a materialized view holding no data (querying it fails: NOT_POPULATED)
     populated: bool = True
     # additive, with include_columns: a line per column (database/catalog/tables.py
     # column_lines): "name type[ PK][ -> [schema.]table.column][ -- comment]", a key of
@@ -144,7 +144,7 @@ class DescribeTableOutput(Compact):
     partition_key: str | None = None
     partition_of: str | None = None
     view_definition: str | None = None
-    populated: bool = True  # additive: false for a materialized view never refreshed
+    populated: bool = True  # additive: false for a materialized view holding no data
     # Last, as they are read afresh on every call: the same facts as in TableInfo.
     estimated_row_count: int = 0
     empty: bool = False  # additive
