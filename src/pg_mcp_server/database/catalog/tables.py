@@ -205,8 +205,10 @@ DEFAULT_DISTANCE = ("<=>", "cosine")
 # pgvector columns (vectors/columns.py reads the same facts for similarity_search): the
 # distance a column's HNSW or IVFFlat index serves, from its operator class's suffix
 # (`vector_cosine_ops`), the index that is whole first; none: cosine, and a scan.
-_IS_VECTOR = f"""(SELECT t.typname FROM pg_catalog.pg_type t WHERE t.oid = {{a}}.atttypid)
-    = ANY (ARRAY[{", ".join(f"'{t}'" for t in VECTOR_TYPES)}]::pg_catalog.name[])"""
+# (The types' oids are read once per statement, an InitPlan, not once per column.)
+_VECTOR_NAMES = ", ".join(f"'{t}'" for t in VECTOR_TYPES)
+_IS_VECTOR = f"""{{a}}.atttypid = ANY (ARRAY(SELECT t.oid FROM pg_catalog.pg_type t
+    WHERE t.typname = ANY (ARRAY[{_VECTOR_NAMES}]::pg_catalog.name[])))"""
 _SUFFIXES = "|".join(s.removeprefix("_").removesuffix("_ops") for s in DISTANCES)
 _VECTOR_INDEX = f"""SELECT ic.relname AS name, am.amname AS method,
            i.indpred IS NOT NULL AS partial,
@@ -259,7 +261,7 @@ def column_lines(c: str, where: str = "", comment_chars: int = COMMENT_CHARS) ->
     the schema map shows them: "name type[ PK][ key ...][ -- comment]" (see `_key_text`),
     the comment cut after `comment_chars` characters and marked."""
     fks = _FOREIGN_KEYS.format(c=c)
-    comment = "pg_catalog.col_description(a.attrelid, a.attnum)"
+    comment = "d.description"
     note = f"""coalesce(' -- ' || CASE WHEN pg_catalog.length({comment}) > {comment_chars}
                 THEN pg_catalog.left({comment}, {comment_chars})
                      || {CUT_MARK_SQL.format(length=f"pg_catalog.length({comment})")}
@@ -277,6 +279,9 @@ def column_lines(c: str, where: str = "", comment_chars: int = COMMENT_CHARS) ->
            || {_vector_marker("a")}
            || {note}
     FROM pg_catalog.pg_attribute a
+    LEFT JOIN pg_catalog.pg_description d
+      ON d.objoid = a.attrelid AND d.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+     AND d.objsubid = a.attnum
     WHERE a.attrelid = {c}.oid AND a.attnum > 0 AND NOT a.attisdropped {where}
     ORDER BY a.attnum)"""
 
