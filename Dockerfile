@@ -15,13 +15,14 @@ RUN pip install --no-cache-dir uv==0.13.9
 ENV UV_PYTHON_DOWNLOADS=never
 
 # The dependencies first, from the lock alone: this layer is rebuilt only when pyproject.toml
-# or uv.lock change, not at every change to the code.
+# or uv.lock change, not at every change to the code. The redis extra: replicas of this image
+# share paged results through MCP_RESULT_STORE=redis://... (README, "Several replicas").
 COPY pyproject.toml uv.lock ./
-RUN uv sync --locked --no-dev --no-install-project --compile-bytecode
+RUN uv sync --locked --no-dev --extra redis --no-install-project --compile-bytecode
 # Then the project itself, on top.
 COPY README.md LICENSE ./
 COPY src ./src
-RUN uv sync --locked --no-dev && useradd --system --no-create-home mcp
+RUN uv sync --locked --no-dev --extra redis && useradd --system --no-create-home mcp
 USER mcp
 
 ENV MCP_TRANSPORT=http \

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
+import redisbed
 from pgbed import DATASET_FILES, PgServer, load_datasets, start_server
 
 from pg_mcp_server.demo import load_demo
@@ -74,3 +76,23 @@ async def scratch_dsn(pg: PgServer) -> AsyncIterator[str]:
     db = await pg.create_database("scratch")
     yield db.dsn
     await pg.drop_database(db.name)
+
+
+# =============================================================================================
+# Shared result store: one redis-server per session (tests/redisbed.py; Debian's package, which
+# .ci/run installs). Tests that stop a server start their own with redisbed.start_redis().
+# =============================================================================================
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL (with a password: every test goes through AUTH) of the session's redis-server."""
+    if not redisbed.available():
+        pytest.skip(
+            f"redis-server is not installed ({redisbed.BINARY}): apt-get install redis-server"
+        )
+    server = redisbed.start_redis(password=secrets.token_urlsafe(12))
+    try:
+        yield server.url()
+    finally:
+        server.stop()

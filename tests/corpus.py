@@ -867,7 +867,7 @@ ATTACKS: list[Attack] = [
         "limit_too_big",
         "SELECT 1 AS v",
         PARAMETER,
-        limit=10_001,
+        limit=1_000_001,
         mentions="limit",
     ),
     q("parameter_abuse", "limit_negative", "SELECT 1 AS v", PARAMETER, limit=-1, mentions="limit"),

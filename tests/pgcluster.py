@@ -69,7 +69,8 @@ def _binary_major(bindir: Path) -> int:
 class LocalCluster:
     """initdb + pg_ctl in a fresh temporary directory; :meth:`stop` ends and removes it."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, settings: str = "") -> None:
+        """`settings`: postgresql.conf lines added to ours (shared_preload_libraries, say)."""
         missing = [
             n for n in ("initdb", "pg_ctl", "postgres", "psql") if not (bindir / n).is_file()
         ]
@@ -103,7 +104,7 @@ class LocalCluster:
                 "--no-instructions",
             )
             with (data / "postgresql.conf").open("a") as conf:
-                conf.write(_SETTINGS.format(socket_dir=self.root, port=_PORT))
+                conf.write(_SETTINGS.format(socket_dir=self.root, port=_PORT) + settings)
             log = self.root / "server.log"
             try:
                 self._command(user, "pg_ctl", "-D", str(data), "-l", str(log), "-w", "start")

@@ -34,9 +34,8 @@ from pg_mcp_server.config import Settings
 
 BUDGET = Settings.load(database={"dsn": "postgresql://x@localhost/x"}).server.answer_budget_bytes
 DATASETS = ("pagila", "chinook", "northwind", "adventureworks")
-# Where execute_query's default answer is over the budget before issue 22 (pagila's film,
+# Where execute_query's default answer was over the budget before it paged (pagila's film,
 # northwind's orders, adventureworks' productphoto: 362 KB, 118 KB, 3.9 MB).
-OVER_TODAY = {"pagila", "northwind", "adventureworks"}
 WORDS = ("name", "id", "date", "customer", "product", "order", "address", "price")
 
 # The user tables and views with their schema, column count, foreign-key degree, and how
@@ -234,10 +233,6 @@ async def test_resources_and_prompts_fit_the_budget(
 
 async def test_execute_query_fits_the_budget(bed: Bed, request: pytest.FixtureRequest) -> None:
     """execute_query `SELECT *` from the widest table and the one with the longest rows."""
-    if dataset_of(request) in OVER_TODAY:
-        request.applymarker(
-            pytest.mark.xfail(strict=False, reason="issue 22: execute_query budget, branch pages")
-        )
     sizes = Sizes()
     for t in bed.top("width", 2, "rpm") + bed.top("row_bytes", 2, "rpm"):
         sql = f'SELECT * FROM "{t["schema"]}"."{t["name"]}"'

@@ -23,6 +23,7 @@ import pytest_asyncio
 from eventually import eventually, wait_for
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcpclient import call, call_error, execute, fetch, records
 from serverproc import clean_env, http_answers
 
@@ -540,3 +541,35 @@ async def test_dropped_request_cancels_its_query(
         return not await fetch(demo_dsn, ACTIVE, sql)
 
     await eventually(ended, what="the query ending with the request that asked for it", seconds=5)
+
+
+async def test_a_held_result_is_read_only_by_its_callers_token(secured: Running) -> None:
+    """Results and the query history are bound to the caller's token: a second client with
+    another token gets RESULT_EXPIRED for the first one's cursor and resource, and does not
+    see its statements in pg://queries/recent."""
+    sql = "SELECT g, repeat('x', 400) AS filler FROM generate_series(1, 1000) g"
+
+    def client_with(token: str) -> Any:
+        return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    async with (
+        client_with(TOKEN) as first_http,
+        client_with("other-token") as second_http,
+        Client(streamable_http_client(secured.mcp, http_client=first_http)) as first,
+        Client(streamable_http_client(secured.mcp, http_client=second_http)) as second,
+    ):
+        out = await call(first, "execute_query", sql=sql)
+        cursor = out["next_cursor"]
+        result_id = cursor.rsplit(".", 1)[0]
+        body = await call_error(second, "execute_query", cursor=cursor)
+        assert body["error"]["code"] == "RESULT_EXPIRED"
+        with pytest.raises(MCPError) as caught:
+            await second.read_resource(f"pg://results/{result_id}/2")
+        assert caught.value.error.data["error"]["code"] == "RESULT_EXPIRED"
+        # Its owner reads it (over another connection: HTTP is stateless).
+        page = await call(first, "execute_query", cursor=cursor)
+        assert page["rows"][0][0] == out["row_count"] + 1
+        mine = json.loads((await first.read_resource("pg://queries/recent")).contents[0].text)  # type: ignore[union-attr]
+        theirs = json.loads((await second.read_resource("pg://queries/recent")).contents[0].text)  # type: ignore[union-attr]
+    assert [q["sql"] for q in mine["queries"]][:1] == [sql]
+    assert sql not in [q["sql"] for q in theirs["queries"]]

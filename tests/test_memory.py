@@ -61,12 +61,31 @@ async def server(dsn: str) -> AsyncIterator[tuple[Client, int]]:
         yield client, _server(os.getpid()).pid
 
 
+# execute_query's values whole (full_values): what is measured is the byte cap.
 CALLS: list[tuple[str, dict[str, Any]]] = [
-    ("execute_query", {"sql": "SELECT repeat('x', 1000000) FROM generate_series(1, 200)"}),
-    ("execute_query", {"sql": "SELECT repeat('x', 300000) FROM generate_series(1, 200)"}),
-    ("execute_query", {"sql": "SELECT repeat('x', 50000000) AS one_value"}),
-    ("execute_query", {"sql": "SELECT * FROM wide ORDER BY id"}),
-    ("execute_query", {"sql": "SELECT w FROM wide w", "limit": 10000}),
+    (
+        "execute_query",
+        {
+            "sql": "SELECT repeat('x', 1000000) FROM generate_series(1, 200)",
+            "full_values": ["repeat"],
+        },
+    ),
+    (
+        "execute_query",
+        {
+            "sql": "SELECT repeat('x', 300000) FROM generate_series(1, 200)",
+            "full_values": ["repeat"],
+        },
+    ),
+    (
+        "execute_query",
+        {"sql": "SELECT repeat('x', 50000000) AS one_value", "full_values": ["one_value"]},
+    ),
+    (
+        "execute_query",
+        {"sql": "SELECT * FROM wide ORDER BY id", "full_values": ["body", "doc", "blob"]},
+    ),
+    ("execute_query", {"sql": "SELECT w FROM wide w", "limit": 10000, "full_values": ["w"]}),
     ("get_sample_rows", {"table_name": "wide", "limit": 100}),
 ]
 
@@ -96,10 +115,11 @@ async def test_peak_memory_of_a_call_stays_within_16x_the_cap(scratch_dsn: str) 
 async def test_the_capped_answer_says_so(scratch_dsn: str) -> None:
     async with server(scratch_dsn) as (client, _):
         sql = "SELECT repeat('x', 1000000) FROM generate_series(1, 200)"
-        out = await call(client, "execute_query", sql=sql)
+        out = await call(client, "execute_query", sql=sql, full_values=["repeat"])
         assert out["row_count"] == 0 and out["has_more"] is True  # one row alone is over
         assert out["note"].startswith(f"the first row alone is over the {CAP}-byte result limit")
         sql = "SELECT repeat('x', 300000) FROM generate_series(1, 200)"
-        out = await call(client, "execute_query", sql=sql)
-        assert out["row_count"] == 3 and out["has_more"] is True
-        assert out["note"].startswith(f"cut after 3 rows at the {CAP}-byte result limit")
+        out = await call(client, "execute_query", sql=sql, full_values=["repeat"])
+        # Three rows held, a page each (a row over the answer budget is a page of its own).
+        assert out["total_rows"] == 3 and out["row_count"] == 1 and out["has_more"] is True
+        assert f"cut after 3 rows at the {CAP}-byte result limit" in out["note"]

@@ -140,6 +140,16 @@ def _as_role(dsn: str, role: str) -> str:
     return f"postgresql://{role}@{dsn.split('@', 1)[1]}"
 
 
+# The one relation a statement of ours reads from an extension's schema
+# (health.statements.TOP): a stand-in with its columns, so that the probe can resolve the
+# statement (the sweep's get_top_queries still finds no extension installed).
+PG_STAT_STATEMENTS = """
+CREATE TABLE public.pg_stat_statements (
+    queryid int8, userid oid, dbid oid, query text, calls int8, total_exec_time float8,
+    mean_exec_time float8, rows int8, shared_blks_hit int8, shared_blks_read int8);
+"""
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def bed(pg: PgServer) -> AsyncIterator[tuple[str, str]]:
     """A database with FIXTURE, and the DSN of a role that may create objects in public."""
@@ -147,7 +157,9 @@ async def bed(pg: PgServer) -> AsyncIterator[tuple[str, str]]:
     planter = f"pinned_planter_{secrets.token_hex(4)}"
     await execute(
         db.dsn,
-        FIXTURE + f"CREATE ROLE {planter} LOGIN; GRANT CREATE ON SCHEMA public TO {planter};",
+        FIXTURE
+        + PG_STAT_STATEMENTS
+        + f"CREATE ROLE {planter} LOGIN; GRANT CREATE ON SCHEMA public TO {planter};",
     )
     try:
         yield db.dsn, _as_role(db.dsn, planter)
@@ -189,6 +201,9 @@ TOOL_CALLS: list[tuple[str, dict[str, Any]]] = [
     # No pgvector here: the catalog read and its error (test_vectors.py covers the search).
     ("similarity_search", {"table_name": "orders", "column": "mood", "query_vector": [1.0]}),
     ("generate_embedding", {"text": "orders"}),
+    ("analyze_db_health", {}),
+    ("get_top_queries", {}),  # no pg_stat_statements here: the error naming the fix
+    ("analyze_query_indexes", {"sql": "SELECT v FROM public.big"}),  # nor HypoPG
 ]
 # The calls meant to fail (the closest names, the column hint): every other one must answer.
 EXPECTED_ERRORS = {
@@ -196,7 +211,10 @@ EXPECTED_ERRORS = {
     'describe_table {"table_name": "ordrs"}',
     'find_join_path {"from_table": "customers", "to_table": "nowhere"}',
     'execute_query {"sql": "SELECT nosuch FROM public.orders"}',
+    "pg://results/none/1",  # no such result held (RESULT_EXPIRED)
     'similarity_search {"table_name": "orders", "column": "mood", "query_vector": [1.0]}',
+    "get_top_queries {}",
+    'analyze_query_indexes {"sql": "SELECT v FROM public.big"}',
 }
 PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("explore-database", {"schema": "public"}),
@@ -206,7 +224,12 @@ PROMPTS: list[tuple[str, dict[str, str]]] = [
     ("find-data", {"description": "email addresses"}),
 ]
 # Answers that differ from call to call whatever is planted: only their success is compared.
-_VOLATILE_RESOURCES = {"pg://system_info", "pg://stat/activity", "pg://stat/replication"}
+_VOLATILE_RESOURCES = {
+    "pg://system_info",
+    "pg://stat/activity",
+    "pg://stat/replication",
+    "pg://queries/recent",
+}
 _VOLATILE_KEYS = {"execution_time_ms", "actual_time_ms", "plan"}
 
 
@@ -227,7 +250,9 @@ async def sweep(client: Client) -> dict[str, Any]:
     assert prompts == {name for name, _ in PROMPTS}, "a prompt the sweep does not get"
     # Every resource listed, and every template for the orders table.
     listed = (await client.list_resource_templates()).resource_templates
-    templates = [t.uri_template.format(schema="public", table="orders") for t in listed]
+    templates = [
+        t.uri_template.format(schema="public", table="orders", id="none", page="1") for t in listed
+    ]
     resources = [str(r.uri) for r in (await client.list_resources()).resources] + templates
     out: dict[str, Any] = {}
     for name, arguments in TOOL_CALLS:
@@ -235,6 +260,9 @@ async def sweep(client: Client) -> dict[str, Any]:
         body = json.loads(result.content[0].text)  # type: ignore[union-attr]
         if arguments.get("randomize"):  # other rows each time
             body.pop("rows", None)
+        if name == "analyze_db_health" and not result.is_error:
+            # Statistics move from call to call: compared is which checks could not run.
+            body = [c["check"] for c in body["checks"] if c["status"] == "failed"]
         label = f"{name} {json.dumps(arguments)}"
         out[label] = (result.is_error, _stable(body))
     for uri in resources:

@@ -104,8 +104,8 @@ async def test_limit_and_has_more(qdsn: str) -> None:
             limit=10000,
             timeout_ms=5000,
         )
-        assert huge["row_count"] == 10000 and huge["has_more"] is True
-        body = await call_error(client, "execute_query", sql="SELECT 1", limit=10001)
+        assert huge["total_rows"] == 10000 and huge["has_more"] is True
+        body = await call_error(client, "execute_query", sql="SELECT 1", limit=1_000_001)
         assert body["error"]["code"] == "PARAMETER_ERROR"
 
 

@@ -31,6 +31,7 @@ FIXED = {
     "pg://stat/activity",
     "pg://stat/replication",
     "pg://schemas",
+    "pg://queries/recent",
 }
 TEMPLATES = {
     "pg://schemas/{schema}/tables",
@@ -38,6 +39,7 @@ TEMPLATES = {
     "pg://schemas/{schema}/tables/{table}/erd",
     "pg://schemas/{schema}/tables/{table}",
     "pg://schemas/{schema}/tables/{table}/sample",
+    "pg://results/{id}/{page}",
 }
 
 

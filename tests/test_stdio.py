@@ -35,6 +35,9 @@ ALL_TOOLS = {
     "read_resource",
     "generate_embedding",
     "similarity_search",
+    "analyze_db_health",
+    "get_top_queries",
+    "analyze_query_indexes",
 }
 EXECUTABLE = str(Path(sys.executable).parent / "pg-mcp-server")
 

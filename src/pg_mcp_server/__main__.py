@@ -50,15 +50,18 @@ FLAGS = {
 }
 # Stands in for the demo's DSN while the flags are checked, before the demo starts.
 DEMO_PLACEHOLDER = "postgresql://demo@localhost/demo"
-# Removed from this process's environment once read, so no child process inherits them.
 # Longest the role audit may hold up the start (see check_role).
 START_AUDIT_S = 5.0
+# Removed from this process's environment once read, so no child process inherits them, and
+# kept out of the banner's command. MCP_RESULT_STORE: a redis:// URL may hold the store's
+# password; MCP_EMBEDDING_API_KEY is a provider's key.
 SECRET_VARIABLES = (
     "PG_DSN",
     "DATABASE_URL",
     "PG_PASSWORD",
     "MCP_AUTH_TOKENS",
     "MCP_EMBEDDING_API_KEY",
+    "MCP_RESULT_STORE",
 )
 
 
@@ -344,9 +347,25 @@ def refuse_bad_definitions(settings: Settings) -> None:
         raise CannotStart(f"failed to load custom definitions:\n{exc}") from None
 
 
+def refuse_unusable_store(settings: Settings) -> None:
+    """A shared result store (MCP_RESULT_STORE=redis://...) that does not answer stops
+    start-up (exit code 2) before anything is served: a wrong host, password or TLS setting
+    does not heal by itself, and a replica serving without its store would answer every big
+    result without paging while looking healthy. Once started, an outage costs paging only."""
+    import anyio
+
+    from pg_mcp_server.results import StoreUnavailable, check_store
+
+    try:
+        anyio.run(check_store, settings.server)
+    except (StoreUnavailable, ValueError) as exc:
+        raise CannotStart(str(exc)) from None
+
+
 def serve(settings: Settings, signals: Signals) -> None:
     role_warnings = check_role(settings)
     refuse_bad_definitions(settings)
+    refuse_unusable_store(settings)
     if settings.server.transport == "http":
         from pg_mcp_server.transport.workers import PortInUse, WorkerStartFailed, serve_http
 

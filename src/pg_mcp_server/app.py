@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from pg_mcp_server.database.guard import SqlGuard
     from pg_mcp_server.database.pool import Database, RoleAudit
     from pg_mcp_server.database.rows import Reader, Shapes
+    from pg_mcp_server.results.history import History
+    from pg_mcp_server.results.store import ResultStore
 
 
 class AppContext:
@@ -86,11 +88,31 @@ class AppContext:
         from pg_mcp_server.database.rows import Budget, Reader
 
         server = self.settings.server
-        budget = Budget(rows=server.max_rows, bytes=server.max_result_bytes)
+        # A result is read whole before it is paged, and held whole: never more than the
+        # store may hold.
+        most = min(server.max_result_bytes, server.result_store_bytes)
+        budget = Budget(rows=server.max_rows, bytes=most)
         return Reader(self.db, self.guard, budget, sensitive=self.sensitive, shapes=self.shapes)
 
+    @cached_property
+    def results(self) -> ResultStore:
+        """Where paged results are held (MCP_RESULT_STORE; results/)."""
+        from pg_mcp_server.results import open_store
+
+        return open_store(self.settings.server)
+
+    @cached_property
+    def history(self) -> History:
+        """The statements execute_query ran, per caller (pg://queries/recent)."""
+        from pg_mcp_server.results.history import History
+
+        return History()
+
     async def close(self) -> None:
-        """Dispose of the pool if it is ours and was made."""
+        """Let go of the result store, and dispose of the pool if it is ours; each only if
+        it was made."""
+        if "results" in vars(self):
+            await self.results.close()
         if self.owns_db and "db" in vars(self):
             await self.db.dispose()
 

@@ -220,13 +220,19 @@ class ServerSettings(BaseSettings):
     max_rows: int = Field(
         default=10000,
         ge=1,
-        le=10000,
-        description="Most rows execute_query returns in one call; callers may ask for fewer",
+        le=1_000_000,
+        description=(
+            "Most rows one execute_query result holds (read once, answered page by page); "
+            "callers may ask for fewer with `limit`"
+        ),
     )
     max_result_bytes: int = Field(
         default=4_000_000,
         ge=1024,
-        description="Most bytes of row JSON execute_query returns; further rows are cut",
+        description=(
+            "Most bytes of row JSON one execute_query result holds (never more than "
+            "MCP_RESULT_STORE_BYTES); further rows are cut"
+        ),
     )
     answer_budget_bytes: int = Field(
         default=80_000,

@@ -115,6 +115,14 @@ class ResultExpiredError(PgMcpError):
     default_suggestion = "Run the query again to get a new result and cursor."
 
 
+class ExtensionMissingError(PgMcpError):
+    """A tool needs an extension this database does not have installed, or a library the
+    server did not preload; the suggestion names the statements and settings that fix it."""
+
+    code = "EXTENSION_MISSING"
+    default_suggestion = "Ask the database administrator to install the extension."
+
+
 class InternalError(PgMcpError):
     """An unexpected failure; its message is generic so nothing internal leaks."""
 

@@ -104,6 +104,7 @@ pg://schemas/{schema}/tables/{table}) and offer prompts that follow these steps.
 
 
 def builtin_tools(settings: Settings) -> list[ToolDef]:
+    from pg_mcp_server.tools.health_tools import health_tools
     from pg_mcp_server.tools.query_tools import query_tools
     from pg_mcp_server.tools.relationship_tools import relationship_tools
     from pg_mcp_server.tools.schema_tools import schema_tools
@@ -115,6 +116,7 @@ def builtin_tools(settings: Settings) -> list[ToolDef]:
         *relationship_tools(schema),
         *query_tools(),
         *vector_tools(schema),
+        *health_tools(),
     ]
 
 
@@ -271,7 +273,7 @@ class PgMcp:
         return self.custom is not None and self.custom.on_hangup()
 
     @asynccontextmanager
-    async def _lifespan(self, _: Server[AppContext]) -> AsyncIterator[AppContext]:
+    async def _lifespan(self, _server: Server[AppContext]) -> AsyncIterator[AppContext]:
         audit = None
         if self.role_warnings is None:
             from pg_mcp_server.database.pool import RoleAudit
@@ -280,6 +282,7 @@ class PgMcp:
         app = AppContext(
             self.settings, self.db, sensitive=self.settings.server.sensitive_regex(), audit=audit
         )
+        _ = app.results  # opened now: a store that cannot be opened stops the start
         try:
             if self.custom is not None:
                 await self.custom.start(app.db)

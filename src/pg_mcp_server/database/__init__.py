@@ -1,6 +1,6 @@
-"""The database layer, in seven parts (ARCHITECTURE.md): `pool`, `guard`, `sql`, `rows`,
-`explain`, `catalog`, `vectors`. Each part's `__init__` is its face: the names the rest of
-the server imports from it. Modules inside a part import each other directly."""
+"""The database layer, in eight parts (ARCHITECTURE.md): `pool`, `guard`, `sql`, `rows`,
+`explain`, `catalog`, `vectors`, `health`. Each part's `__init__` is its face: the names the
+rest of the server imports from it. Modules inside a part import each other directly."""
 
 from __future__ import annotations
 

@@ -32,6 +32,9 @@ class ExecuteQueryOutput(BaseModel):
     query_hash: str
     # additive, present only when there is something to say
     note: str = ""
+    # additive, when the result is held and paged: its rows in all, and the next page's cursor
+    total_rows: int = 0
+    next_cursor: str = ""
 
 
 class ExplainQueryOutput(BaseModel):

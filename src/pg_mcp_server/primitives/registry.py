@@ -72,7 +72,13 @@ ECHO_CHARS = 300  # of a URI, prompt or argument name echoed in an error or a lo
 MAX_TEXT = 2000  # characters of a free-text argument (a question, a topic)
 JSON = "application/json"
 # PRD codes that mean "what you asked for is not there / not valid": the caller's mistake.
-_CALLER_CODES = {"SCHEMA_NOT_FOUND", "TABLE_NOT_FOUND", "COLUMN_NOT_FOUND", "PARAMETER_ERROR"}
+_CALLER_CODES = {
+    "SCHEMA_NOT_FOUND",
+    "TABLE_NOT_FOUND",
+    "COLUMN_NOT_FOUND",
+    "PARAMETER_ERROR",
+    "RESULT_EXPIRED",
+}
 
 T = TypeVar("T")
 Kind = Literal["schema", "table", "text"]

@@ -64,6 +64,52 @@ async def _sample(request: Request, p: dict[str, str]) -> Content:
     return await request.tool_text("get_sample_rows", arguments)
 
 
+RESULT = Argument("id", "A held result's id (in execute_query's next_cursor)", "text", True)
+PAGE = Argument("page", "Page number, from 1", "text", True)
+
+
+async def _result_page(request: Request, p: dict[str, str]) -> Content:
+    """A page of a held result, exactly as execute_query(cursor=...) answers it."""
+    return await request.tool_text("execute_query", {"cursor": f"{p['id']}.{p['page']}"})
+
+
+async def _recent_queries(request: Request) -> Content:
+    from pg_mcp_server.results import current_owner
+
+    return {"queries": request.app.history.recent(current_owner())}
+
+
+def result_resources() -> list[ResourceDef]:
+    return [
+        ResourceDef(
+            "pg://queries/recent",
+            "queries_recent",
+            "Recent queries",
+            "The last 50 statements execute_query ran for this caller on this server "
+            "process, newest first: the SQL (cut at 2,000 characters), its query_hash, "
+            "row_count, has_more, execution_time_ms and when; or the error code of one that "
+            "failed.",
+            _recent_queries,
+        ),
+    ]
+
+
+def result_templates() -> list[TemplateDef]:
+    return [
+        TemplateDef(
+            "pg://results/{id}/{page}",
+            "result_page",
+            "Result page",
+            "One page of a result execute_query held because it did not fit one answer "
+            "(its next_cursor and resource_link name the next page), exactly as "
+            "execute_query(cursor=...) answers it: read from what the query returned once, "
+            "never run again. Expires when left idle (RESULT_EXPIRED: run the query again).",
+            [RESULT, PAGE],
+            _result_page,
+        ),
+    ]
+
+
 async def _schema_erd(request: Request, p: dict[str, str]) -> Content:
     async with request.app.db.session() as conn:
         drawn = await erd.diagram(conn, p["schema"])
@@ -80,6 +126,10 @@ MARKDOWN = "text/markdown"
 
 
 def builtin_resources() -> list[ResourceDef]:
+    return [*_server_resources(), *result_resources()]
+
+
+def _server_resources() -> list[ResourceDef]:
     return [
         ResourceDef(
             "pg://system_info",
@@ -137,6 +187,10 @@ def builtin_resources() -> list[ResourceDef]:
 
 
 def builtin_templates() -> list[TemplateDef]:
+    return [*_schema_templates(), *result_templates()]
+
+
+def _schema_templates() -> list[TemplateDef]:
     return [
         TemplateDef(
             "pg://schemas/{schema}/tables",

@@ -25,12 +25,26 @@ class Limits:
     idle_seconds: float  # MCP_RESULT_IDLE_SECONDS: each read of a page renews it
 
 
+class StoreUnavailable(Exception):
+    """The store could not do what was asked: a shared store that is down, out of memory or
+    refusing the login. Its message never holds a password: raised by `put`, it names only
+    the trouble (it may reach a client); raised when the store is opened, also the store's
+    address (for the operator).
+
+    `put` raises it instead of failing the query: the caller answers the first page as usual,
+    without a cursor, with a note that paging is unavailable (run the query again later or
+    narrow it). `page` never raises it (a page it cannot read is `ResultExpiredError`, whose
+    suggestion says why). A store that cannot be reached when it is opened raises it too, and
+    the server refuses to start."""
+
+
 class ResultStore(Protocol):
     async def put(self, owner: str, pages: Sequence[bytes]) -> str:
         """Hold `pages` (page 0 first; opaque bytes) for `owner` and return the result's id.
         Least recently read results are evicted to stay within the limits. The caller keeps
         a result within `max_bytes` before putting it (it reads no more than that); a bigger
-        one is a bug here (ValueError)."""
+        one is a bug here (ValueError). Raises `StoreUnavailable` when it cannot hold it (a
+        shared store that is down): answer without a cursor then, never fail the query."""
         ...
 
     async def page(self, owner: str, result_id: str, index: int) -> tuple[bytes, int]:

@@ -8,12 +8,13 @@ SDK would otherwise hold a GET open forever), a body read whole within a bounded
 anything else (408 otherwise: a client that never finishes its body holds nothing), a
 concurrency limit (a request above it waits a bounded time for a slot, then gets 503; a
 `subscriptions/listen` stream, which lasts as long as its client listens, takes one of a
-bounded pool of its own instead), cancellation of a request whose client went away (so
-its query stops), and /health for load balancers (200, or 503 when the database is
-unreachable). Where the SDK answers badly we answer first: malformed JSON-RPC envelopes
-(envelope.py), an unsupported protocol version (which versions are), a foreign Host or Origin
-(which setting to change), and `/mcp/` (served, not redirected to a host the client did not
-ask for).
+bounded pool of its own instead), cancellation of a request whose client went away (so its
+query stops), the caller's identity for what is held for it (a hash of its token: held results
+and the query history are its own, results/owner.py), and /health for load balancers (200, or
+503 when the database is unreachable). Where the SDK answers badly we answer first: malformed
+JSON-RPC envelopes (envelope.py), an unsupported protocol version (which versions are), a
+foreign Host or Origin (which setting to change), and `/mcp/` (served, not redirected to a host
+the client did not ask for).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.pool import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
+from pg_mcp_server.results.owner import LOCAL, caller, token_owner
 from pg_mcp_server.server import PgMcp
 from pg_mcp_server.transport import envelope
 from pg_mcp_server.transport.idscan import addressee
@@ -119,7 +121,8 @@ class Gateway:
         # httptools keeps what surrounds them.
         headers = [(k, v.strip(b" \t")) for k, v in scope["headers"]]
         scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), "headers": headers}
-        if self.tokens and not self._authorized(scope):
+        owner = self._owner(scope) if self.tokens else LOCAL
+        if owner is None:
             await _respond(
                 send,
                 401,
@@ -170,9 +173,13 @@ class Gateway:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 release()
 
+        # Held results and the query history belong to the caller: the SDK's task for this
+        # request inherits this context, so the handlers see who it is (results/owner.py).
+        bound = caller.set(owner)
         try:
             await self._serve(scope, body, receive, self._explained(scope, sent))
         finally:
+            caller.reset(bound)
             release()
 
     async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
@@ -329,14 +336,16 @@ class Gateway:
         finally:
             request_backends.reset(token)
 
-    def _authorized(self, scope: Scope) -> bool:
+    def _owner(self, scope: Scope) -> str | None:
+        """Who the caller is (a hash of its bearer token), or None when it is not one of
+        MCP_AUTH_TOKENS."""
         header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
         scheme, _, token = header.partition(b" ")
         if scheme.lower() != b"bearer" or not token:
-            return False
+            return None
         # Compare with every token, always, so timing says nothing about which one matched.
         matches = [hmac.compare_digest(token.strip(), t) for t in self.tokens]
-        return any(matches)
+        return token_owner(token.strip()) if any(matches) else None
 
     async def _health(self, send: Send) -> None:
         try:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         bind as bind,
     )
     from pg_mcp_server.database.rows.reader import (
+        QueryResult as QueryResult,
         Reader as Reader,
         Shapes as Shapes,
         judge_hidden as judge_hidden,
@@ -62,7 +63,7 @@ __getattr__ = face(
         "hints": ["column_hint", "function_hint", "Relation", "relations"],
         "output": ["answer", "Budget"],
         "params": ["bind"],
-        "reader": ["judge_hidden", "query_hash", "Reader", "scrubbed", "Shapes"],
+        "reader": ["judge_hidden", "query_hash", "QueryResult", "Reader", "scrubbed", "Shapes"],
         "redaction": ["mask_query", "mask_setting"],
         "sampling": ["sample_rows"],
         "values": ["cut_marker", "cut_text", "from_driver", "type_name"],

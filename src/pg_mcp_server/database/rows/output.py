@@ -19,6 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+# An answer's fields besides its columns and rows: counts, timing, hash, cursor, the note.
+ENVELOPE_BYTES = 1024
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -34,7 +37,10 @@ class Budget:
         limit + 1), `kept` of them sent."""
         notes: list[str] = []
         if read > limit:
-            notes.append(f"more rows exist beyond the limit of {limit}; add LIMIT/OFFSET to page")
+            notes.append(
+                f"more rows exist beyond the limit of {limit}; raise limit (up to {self.rows}) "
+                "or narrow the query"
+            )
         if cut_by_size:
             cut = f"cut after {kept} rows at" if kept else "the first row alone is over"
             notes.append(f"{cut} the {self.bytes}-byte result limit; select fewer columns or rows")
@@ -55,6 +61,13 @@ class Budget:
                 notes.append(f"cut at {self.bytes} bytes of rows (MCP_MAX_RESULT_BYTES)")
                 break
         return rows, notes
+
+
+def page_size(answer_bytes: int, columns_json: str) -> int:
+    """The bytes of rows' JSON one answer of `answer_bytes` holds: what is left once the
+    columns and the other fields are in (the note may name columns again: redacted ones),
+    and never less than a quarter of the answer."""
+    return max(answer_bytes - 2 * len(columns_json.encode()) - ENVELOPE_BYTES, answer_bytes // 4)
 
 
 class Named(Protocol):

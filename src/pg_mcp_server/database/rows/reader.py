@@ -32,16 +32,25 @@ from pglast import ast
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.pool import Database, StatementChangedError, translate
 from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
-from pg_mcp_server.database.rows.output import Budget
+from pg_mcp_server.database.rows.output import Budget, page_size
 from pg_mcp_server.database.rows.params import bind
 from pg_mcp_server.database.sql import tree as sqltree
-from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError, QueryTimeoutError
+from pg_mcp_server.errors import (
+    DatabaseConnectionError,
+    ParameterError,
+    PgMcpError,
+    QueryTimeoutError,
+    closest,
+    did_you_mean,
+)
 
 SHAPES = 512  # statements whose shape is kept (a few KB each) ...
 SHAPE_SQL_CHARS = 32_768  # ... if their text is no longer than this
 # Errors PostgreSQL gives when a kept wrapper no longer fits the caller's statement because
 # the number of its columns changed: the sentinel is ambiguous, or the alias list too long.
 _CHANGED = {"42702", "42P10"}
+# How a cut value's mark begins (values.CUT_MARK): whether a page holds one, without decoding.
+CUT_SIGN = values.CUT_MARK.split("{", 1)[0]
 
 
 def query_hash(sql: str) -> str:
@@ -57,7 +66,9 @@ class Shape:
     # It reads a sensitive source (redaction.py): its errors are scrubbed of values.
     reads_sensitive: bool = False
     generation: int | None = None  # of the relation facts its redaction was decided on
-    wrappers: dict[tuple[int, int, int | None], str] = field(default_factory=dict)
+    wrappers: dict[tuple[int, int, int | None, int | None, frozenset[str]], str] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         # The type of each typed NULL of a wrapper (the column's, or its element type), and
@@ -78,15 +89,37 @@ class Shape:
         another connection may have seen a table change and described it anew, this one not."""
         return all(self.typed_nulls.get(a.name, a.type.name) == a.type.name for a in attributes)
 
-    def wrapper(self, limit: int, max_bytes: int, max_text: int | None) -> str:
-        key = (limit, max_bytes, max_text)
+    def wrapper(
+        self,
+        limit: int,
+        max_bytes: int,
+        max_text: int | None,
+        page_bytes: int | None = None,
+        full: frozenset[str] = frozenset(),
+    ) -> str:
+        """The wrapper for these bounds; the columns named in `full` are never cut."""
+        key = (limit, max_bytes, max_text, page_bytes, full)
         sql = self.wrappers.get(key)
         if sql is None:
             names = [c.name for c in self.columns]
-            cell = values.cells(self.columns, max_text=max_text)
+            cell = (
+                values.cells(self.columns, max_text=max_text)
+                if not full
+                else lambda i: values.cell(
+                    self.columns[i - 1],
+                    f"s.c{i}",
+                    max_text=None if names[i - 1] in full else max_text,
+                )
+            )
             typed = [i for i, c in enumerate(self.columns, start=1) if c.typed]
             built = rewrite.build(
-                self.tree, names, cell, typed=typed, limit=limit, max_bytes=max_bytes
+                self.tree,
+                names,
+                cell,
+                typed=typed,
+                limit=limit,
+                max_bytes=max_bytes,
+                page_bytes=page_bytes,
             )
             sql = self.wrappers[key] = built.sql
         return sql
@@ -120,18 +153,26 @@ class Shapes:
 @dataclass
 class Rows:
     shape: Shape
-    rows: list[list[Any]]
+    rows: list[list[Any]]  # those of the first page (all of them without `page_bytes`)
     rows_json: str  # the same rows as compact JSON text, made by PostgreSQL
     read: int  # rows PostgreSQL produced, at most limit + 1
     cut_by_size: bool
+    # The JSON text of each row kept beyond the first page (with `answer_bytes` only).
+    rest: list[str] = field(default_factory=list)
+    page_bytes: int | None = None
 
     @property
     def columns(self) -> tuple[values.Column, ...]:
         return self.shape.columns
 
     @property
+    def kept(self) -> int:
+        return len(self.rows) + len(self.rest)
+
+    @property
     def has_more(self) -> bool:
-        return self.read > len(self.rows)
+        """More rows than were kept (beyond the limit or the byte cap), not further pages."""
+        return self.read > self.kept
 
 
 @dataclass(frozen=True)
@@ -206,11 +247,17 @@ def _ours(exc: asyncpg.PostgresError) -> bool:
 class QueryResult:
     columns: tuple[values.Column, ...]
     columns_json: str
-    rows: list[list[Any]]
+    rows: list[list[Any]]  # the first page's
     rows_json: str
-    has_more: bool
+    has_more: bool  # rows beyond those kept (the limit, the byte cap), not further pages
     elapsed_ms: float
     notes: list[str] = field(default_factory=list)
+    rest: list[str] = field(default_factory=list)  # each further kept row's JSON text
+    page_bytes: int | None = None  # the rows' bytes a page holds
+
+    @property
+    def kept(self) -> int:
+        return len(self.rows) + len(self.rest)
 
 
 class Reader:
@@ -243,18 +290,41 @@ class Reader:
         self.shapes = Shapes() if shapes is None else shapes
 
     async def query(
-        self, conn: asyncpg.Connection, sql: str, params: list[Any] | None, *, limit: int | None
+        self,
+        conn: asyncpg.Connection,
+        sql: str,
+        params: list[Any] | None,
+        *,
+        limit: int | None,
+        answer_bytes: int | None = None,
+        max_text: int | None = None,
+        full: frozenset[str] = frozenset(),
     ) -> QueryResult:
         """execute_query: at most `limit` rows (never above the budget), with notes saying
-        what was cut and which columns were redacted."""
+        what was cut and which columns were redacted. With `answer_bytes` (the answer
+        budget), the rows that fit a first answer are decoded and the others' JSON kept
+        apart (`rest`), to be paged: all of them read here, by one statement."""
         limit = self.budget.limit(limit)
         run = await self.guard.check(sql, conn)  # (names qualified where its path needs it)
         started = time.perf_counter()
-        result = await self.fetch(conn, run, params, limit=limit)
+        result = await self.fetch(
+            conn,
+            run,
+            params,
+            limit=limit,
+            max_text=max_text,
+            answer_bytes=answer_bytes,
+            full=full,
+        )
         elapsed_ms = (time.perf_counter() - started) * 1000
         notes = self.budget.notes(
-            read=result.read, kept=len(result.rows), limit=limit, cut_by_size=result.cut_by_size
+            read=result.read, kept=result.kept, limit=limit, cut_by_size=result.cut_by_size
         )
+        if max_text and (CUT_SIGN in result.rows_json or any(CUT_SIGN in r for r in result.rest)):
+            notes.append(
+                f"values longer than {max_text} characters are cut, marked with their length; "
+                "full_values=[column names] gives them whole"
+            )
         redacted = values.redacted_names(result.columns, result.rows)
         if redacted:
             notes.append("redacted sensitive columns: " + ", ".join(redacted))
@@ -266,6 +336,8 @@ class Reader:
             has_more=result.has_more,
             elapsed_ms=elapsed_ms,
             notes=notes,
+            rest=result.rest,
+            page_bytes=result.page_bytes,
         )
 
     async def read(self, conn: asyncpg.Connection, sql: str, *, limit: int, max_text: int) -> Rows:
@@ -282,8 +354,12 @@ class Reader:
         *,
         limit: int,
         max_text: int | None = None,
+        answer_bytes: int | None = None,
+        full: frozenset[str] = frozenset(),
     ) -> Rows:
-        """At most `limit` rows of `sql` whose JSON fits in the budget's bytes. `sql` is what
+        """At most `limit` rows of `sql` whose JSON fits in the budget's bytes; with
+        `answer_bytes`, those whose JSON fits a first answer of that size (`page_bytes`) in
+        `rows`, and the others' JSON in `rest`. `sql` is what
         the guard's check returned (`query` and `read` make sure of it; tests call this with
         their own SQL). Which columns are redacted is decided again when a relation the
         statement reads may have changed (the guard's relation facts' generation)."""
@@ -308,7 +384,10 @@ class Reader:
             )
             shape = Shape(tree, columns, verdict.reads_sensitive, generation)
             self.shapes.put(sql, shape)
-        wrapper = shape.wrapper(limit, self.budget.bytes, max_text)
+        page_bytes = None if answer_bytes is None else page_size(answer_bytes, shape.columns_json)
+        if full:
+            _check_full(full, shape.columns)
+        wrapper = shape.wrapper(limit, self.budget.bytes, max_text, page_bytes, full)
         try:
             stmt, fresh = await self.db.prepare(conn, wrapper)
             if fresh and not shape.matches(stmt.get_attributes()):
@@ -329,12 +408,15 @@ class Reader:
         text = "[" + (row["rows"] or "") + "]"
         rows: list[list[Any]] = json.loads(text)
         read = int(row["total"])
+        rest: list[str] = row["rest"] or []
         return Rows(
             shape=shape,
             rows=rows,
             rows_json=text,
             read=read,
-            cut_by_size=len(rows) < min(read, limit),
+            cut_by_size=int(row["kept"]) < min(read, limit),
+            rest=rest,
+            page_bytes=page_bytes,
         )
 
     async def driven(
@@ -361,6 +443,19 @@ class Reader:
         ]
         kept, notes = self.budget.cut(rows)
         return Driven(kept, bool(notes), notes, status)
+
+
+def _check_full(full: frozenset[str], columns: Sequence[values.Column]) -> None:
+    names = [c.name for c in columns]
+    unknown = sorted(full - set(names))
+    if unknown:
+        raise ParameterError(
+            f"full_values names columns the result does not have: {', '.join(unknown)[:200]}",
+            suggestion=did_you_mean(
+                closest(unknown[0], names), f"The result's columns: {', '.join(names)[:500]}."
+            ),
+            context={"parameter": "full_values"},
+        )
 
 
 @dataclass

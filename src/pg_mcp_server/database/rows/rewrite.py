@@ -6,7 +6,7 @@ ever crosses the wire:
 
 ```
 SELECT count(*), count(*) FILTER (WHERE kept), string_agg(r, ',' ORDER BY n) FILTER (...),
-       <one typed NULL per column>                          -- 4. one row back
+       array_agg(r ORDER BY n) FILTER (...), <one typed NULL per column>   -- 4. one row back
 FROM (SELECT r, row_number() OVER w AS n, sum(octet_length(r) + 1) OVER w AS size
       FROM (SELECT '[' || <each column as JSON> || ']' AS r, <sort keys>
             FROM (<the caller's SELECT, + sort keys, + sentinel>) AS s(c1, .., cN, k.., end)
@@ -24,12 +24,16 @@ FROM (SELECT r, row_number() OVER w AS n, sum(octet_length(r) + 1) OVER w AS siz
 3. Rows are kept while their running size fits `max_bytes`, so PostgreSQL never sends more than
    the byte cap, however wide a value is (nothing relies on a subquery's row order: every level
    orders by the caller's own sort keys, carried up as hidden columns).
-4. One row comes back: the rows read (<= limit + 1, so `has_more` is exact), the rows kept, their
-   JSON, and one typed NULL per column (of its type, or its element type for an array: the
-   driver then needs no look-up of array types, whose query a function shadowed on the search
-   path could break), which makes PostgreSQL refuse the prepared wrapper ("cached plan must
-   not change result type") when a column's type changes under it; a changed column count
-   trips the sentinel (an ambiguous `__pgmcp_end`) or the alias list (too long).
+4. One row comes back: the rows read (<= limit + 1, so `has_more` is exact), the rows kept, the
+   JSON of those that fit the first page (`page_bytes`: one string, as a one-page answer sends
+   it), the JSON of each further row (`rest`, an array: the pages are cut from it in Python, so
+   the result is read once, from one statement and one snapshot; NULL when all fit the first
+   page, which then costs nothing more), and one typed NULL per column (of its type, or its
+   element type for an array: the driver then needs no look-up of array types, whose query a
+   function shadowed on the search path could break), which makes PostgreSQL refuse the
+   prepared wrapper ("cached plan must not change result type") when a column's type changes
+   under it; a changed column count trips the sentinel (an ambiguous `__pgmcp_end`) or the
+   alias list (too long).
 """
 
 from __future__ import annotations
@@ -162,16 +166,25 @@ class Wrapper:
 
 
 def _template(
-    columns: int, typed: Sequence[int], hidden: int, cells: str, limit: int, max_bytes: int
+    columns: int,
+    typed: Sequence[int],
+    hidden: int,
+    cells: str,
+    limit: int,
+    max_bytes: int,
+    page_bytes: int,
 ) -> str:
     """The wrapper's own SQL text (nothing of the caller's in it): the caller's statement and
     the sort keys are grafted into its tree by `build`."""
     c = range(1, columns + 1)
     aliases = [f"c{i}" for i in c] + [f'"{_KEY.format(i)}"' for i in range(1, hidden + 1)]
     kept = f"w.size < {int(max_bytes)} AND w.n <= {int(limit)}"
+    first = f"{kept} AND (w.size < {int(page_bytes)} OR w.n = 1)"
+    rest = f"{kept} AND w.size >= {int(page_bytes)} AND w.n > 1"
     return (
         f"SELECT pg_catalog.count(*) AS total, pg_catalog.count(*) FILTER (WHERE {kept}) AS kept,"
-        f" pg_catalog.string_agg(w.r, ',' ORDER BY w.n) FILTER (WHERE {kept}) AS rows"
+        f" pg_catalog.string_agg(w.r, ',' ORDER BY w.n) FILTER (WHERE {first}) AS rows,"
+        f" pg_catalog.array_agg(w.r ORDER BY w.n) FILTER (WHERE {rest}) AS rest"
         + "".join(
             f", (pg_catalog.array_agg(w.t{i}) FILTER (WHERE false))[1] AS t{i}" for i in typed
         )
@@ -195,6 +208,7 @@ def build(
     typed: Sequence[int],
     limit: int,
     max_bytes: int,
+    page_bytes: int | None = None,
 ) -> Wrapper:
     """The wrapper around `stmt` (left unchanged) for a result of `names`, whose column i
     (1-based) becomes JSON through the SQL expression `cell(i)` (over `s.c<i>`); the columns
@@ -221,7 +235,8 @@ def build(
         if columns
         else "'[]'"
     )
-    (raw,) = parse_sql(_template(columns, typed, len(hidden), cells, limit, max_bytes))
+    page = max_bytes if page_bytes is None else min(page_bytes, max_bytes)
+    (raw,) = parse_sql(_template(columns, typed, len(hidden), cells, limit, max_bytes, page))
     outer: Any = pin_tree(raw.stmt)  # ours only: the caller's statement goes in below
     window_level = outer.fromClause[0].subquery
     middle = window_level.fromClause[0].subquery
