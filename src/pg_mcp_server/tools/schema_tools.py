@@ -42,8 +42,8 @@ Example: list_schemas()"""
 LIST_TABLES = """One schema's tables and views: comment, row estimate, size, primary key, column
 count. empty=true: no rows for certain; else the estimate is as of stats_as_of (absent: never
 analyzed). include_columns=true: a schema map, a column as "name type[ PK][ -> table.col][ --
-comment]"; a key of several columns once: "-> t(a, b) [key k with b]"; [NOT VALID]: rows may
-break it. Paged: next_cursor. Example: list_tables(schema_name="sales", include_columns=true)"""
+comment]", a multi-column key "-> t(a, b) [key k with b]", [NOT VALID]: rows unchecked.
+Paged: next_cursor. Example: list_tables(schema_name="sales", include_columns=true)"""
 
 SEARCH_TABLES = """Find tables that hold something, in all schemas: words matched against
 table and column names and comments, best first. Paged: next_cursor.
@@ -53,8 +53,7 @@ DESCRIBE_TABLE = """A table's or view's columns (type, nullability, default, com
 labels, identity, generated), indexes, constraints (a one-column foreign key is on its
 column), partitions, view definition, list_tables' row facts. Defaults left out:
 is_nullable true, on_update/on_delete NO ACTION, index_type btree, a redundant index
-definition. table_name may be qualified ("sales.orders"). Paged: next_cursor.
-Example: describe_table(table_name="orders")"""
+definition. Paged: next_cursor. Example: describe_table(table_name="orders")"""
 
 GET_SAMPLE_ROWS = """A few real rows: `rows` are arrays in `columns` order, by primary key unless
 randomize=true; long values are cut, sensitive columns redacted.
