@@ -75,7 +75,7 @@ async def test_answer_fits_its_budget(
     assert json.loads(text)  # compact JSON: the same as the structured content
 
 
-TRUE_BY_DEFAULT = {"is_nullable"}
+TRUE_BY_DEFAULT = {"is_nullable", "populated"}
 
 
 def defaults_in(value: Any, path: str = "") -> list[str]:

@@ -22,6 +22,8 @@ class ForeignKeyRelation(Compact):
     to_columns: list[str]
     on_update: str = "NO ACTION"
     on_delete: str = "NO ACTION"
+    # additive: declared NOT VALID and never validated, so existing rows may break it
+    not_valid: bool = False
 
 
 class GetForeignKeysOutput(Compact):
@@ -46,6 +48,9 @@ class JoinPath(Compact):
     fan_out: list[str] = Field(default_factory=list)
     # ... and what that does to aggregates over the first table
     warning: str | None = None
+    # additive: each step over a NOT VALID key (rows may break it): how many rows do, from a
+    # count when the table is small enough to read, and how to keep them
+    not_valid: list[str] = Field(default_factory=list)
 
 
 class FindJoinPathOutput(Compact):

@@ -46,7 +46,12 @@ class TableInfo(Compact):
     has_primary_key: bool = False
     column_count: int = 0
     partitions: list[str] | None = None  # additive
-    # additive, with include_columns: "name type[ PK][ -> [schema.]table.column]" per column
+    # additive: false for a materialized view holding no data (querying it fails: NOT_POPULATED)
+    populated: bool = True
+    # additive, with include_columns: a line per column (database/catalog/tables.py
+    # column_lines): "name type[ PK][ -> [schema.]table.column][ -- comment]", a key of
+    # several columns as " -> table(a, b) [key name with b]" on its first column and
+    # " [in key name]" on the others, "NOT VALID" on a key never validated
     columns: list[str] | None = None
 
 
@@ -65,9 +70,25 @@ class ForeignKeyRef(Compact):
     constraint_name: str
     referenced_schema: str
     referenced_table: str
-    referenced_column: str
+    referenced_column: str  # the one this column is paired with
+    # additive, only for a key of several columns: all of them, paired in order
+    columns: list[str] | None = None
+    referenced_columns: list[str] | None = None
+    # additive: declared NOT VALID and never validated, so existing rows may break it
+    not_valid: bool = False
     on_update: str = "NO ACTION"
     on_delete: str = "NO ACTION"
+
+
+class VectorInfo(Compact):
+    """additive: a pgvector column (vector, halfvec, sparsevec) and how to search it."""
+
+    dimensions: int | None = None  # absent: any
+    distance: str  # what its index serves (cosine, l2, ...); cosine without one
+    operator: str  # to ORDER BY for that distance: <=>, <->, <#>, <+>
+    index: str | None = None  # the HNSW or IVFFlat index a search uses
+    partial_index: bool = False  # that index covers only the rows its predicate admits
+    note: str | None = None  # when there is no such index
 
 
 class ColumnInfo(Compact):
@@ -78,12 +99,14 @@ class ColumnInfo(Compact):
     description: str | None = None
     is_primary_key: bool = False
     is_unique: bool = False
-    foreign_key: ForeignKeyRef | None = None
+    foreign_key: ForeignKeyRef | None = None  # one-column keys first, then by name
     # additive
+    other_foreign_keys: list[ForeignKeyRef] | None = None  # the column's other keys
     enum_values: list[str] | None = None
     domain_base_type: str | None = None
     identity_generation: str | None = None  # 'ALWAYS' or 'BY DEFAULT': an identity column
     generation_expression: str | None = None
+    vector: VectorInfo | None = None
 
 
 class IndexInfo(Compact):
@@ -105,6 +128,7 @@ class ConstraintInfo(Compact):
     referenced_table: str | None = None
     referenced_schema: str | None = None  # additive
     referenced_columns: list[str] | None = None  # additive, paired in order with columns
+    not_valid: bool = False  # additive: NOT VALID (CHECK, FOREIGN KEY), existing rows unchecked
 
 
 class DescribeTableOutput(Compact):
@@ -120,6 +144,7 @@ class DescribeTableOutput(Compact):
     partition_key: str | None = None
     partition_of: str | None = None
     view_definition: str | None = None
+    populated: bool = True  # additive: false for a materialized view holding no data
     # Last, as they are read afresh on every call: the same facts as in TableInfo.
     estimated_row_count: int = 0
     empty: bool = False  # additive
@@ -146,6 +171,10 @@ class SearchMatch(Compact):
     table_name: str
     type: str = "table"
     description: str | None = None
+    empty: bool = False  # additive: as in list_tables
+    populated: bool = True  # additive: as in list_tables
+    # additive: the primary key's columns, in key order (absent: none)
+    primary_key: list[str] = Field(default_factory=list)
     # The matching columns (best first, at most 5), as in the schema map, with their comment.
     columns: list[str] = Field(default_factory=list)
 

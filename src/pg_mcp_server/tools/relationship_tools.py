@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import asyncpg
 from mcp_types import CallToolResult
 from pydantic import Field
 
@@ -12,12 +13,17 @@ from pg_mcp_server.database.catalog import (
     MAX_DEPTH,
     PATH_CAP,
     Path,
+    countable,
     fan_out_notes,
     foreign_keys_of,
     join_sql,
     no_path,
+    orphans_sql,
     pages,
+    unchecked_keys,
+    unchecked_notes,
 )
+from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.models.relationships import (
     FindJoinPathOutput,
     ForeignKeyRelation,
@@ -25,7 +31,7 @@ from pg_mcp_server.models.relationships import (
     JoinPath,
 )
 from pg_mcp_server.tools.registry import ToolDef, make_tool, ok, ok_json
-from pg_mcp_server.tools.schema_tools import CURSOR
+from pg_mcp_server.tools.schema_tools import CURSOR, resolve_table
 
 GET_FOREIGN_KEYS = """A table's foreign keys both ways: outgoing (it references) and incoming
 (others reference it). Keys of partitions are on their parent. Paged: next_cursor.
@@ -50,6 +56,7 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
         if cursor is not None:
             at = pages.decode(cursor, "get_foreign_keys", arguments)
             start, listing = at.offset, at.listing
+        schema_name, table_name = await resolve_table(app, schema_name, table_name, default_schema)
         outgoing, incoming = await app.db.run(
             lambda conn: foreign_keys_of(conn, schema_name, table_name), own=True
         )
@@ -85,6 +92,8 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
         to_schema: str = default_schema,
         max_depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)] = MAX_DEPTH,
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
+        from_schema, from_table = await resolve_table(app, from_schema, from_table, default_schema)
+        to_schema, to_table = await resolve_table(app, to_schema, to_table, default_schema)
         start, goal = (from_schema, from_table), (to_schema, to_table)
         graph, found, ratios = await app.db.run(
             lambda conn: app.graph.search(conn, start, goal, max_depth), own=True
@@ -92,6 +101,7 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
         if not found.paths:
             names = (f"{from_schema}.{from_table}", f"{to_schema}.{to_table}")
             raise no_path(graph, found.start, found.goal, names, max_depth)
+        orphans = await _orphans(app, found.shown)
         shown = []
         for path in found.shown:
             notes, warning = fan_out_notes(graph, path, ratios)
@@ -102,6 +112,7 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
                     steps=[edge.key.constraint_name for edge in path],
                     fan_out=notes,
                     warning=warning,
+                    not_valid=unchecked_notes(graph, path, orphans),
                 )
             )
         return ok(
@@ -128,6 +139,23 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
             description=FIND_JOIN_PATH,
         ),
     ]
+
+
+async def _orphans(app: AppContext, paths: list[Path]) -> dict[str, int | None]:
+    """How many rows break each NOT VALID key the paths use, where the referencing table is
+    small enough to read (one statement for all, through the gate a caller's query passes);
+    a key whose count the gate refuses or PostgreSQL fails is left uncounted."""
+    keys = [k for k in unchecked_keys(paths) if countable(k)]
+    if not keys:
+        return {}
+    sql = orphans_sql(keys)
+    try:
+        got = await app.db.run(
+            lambda conn: app.reader.read(conn, sql, limit=1, max_text=100), explicit=True
+        )
+    except (PgMcpError, asyncpg.PostgresError):  # refused, no privilege, timed out ...
+        return {}
+    return {k.constraint_name: int(n) for k, n in zip(keys, got.rows[0], strict=True)}
 
 
 def _note(paths: list[Path], shown: int, capped: bool) -> str | None:

@@ -15,7 +15,13 @@ from mcp_types import CallToolResult
 from pydantic import Field, WithJsonSchema
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.database.catalog import pages, search_tables as search, tables as catalog
+from pg_mcp_server.database.catalog import (
+    may_be_qualified,
+    pages,
+    search_tables as search,
+    split_name,
+    tables as catalog,
+)
 from pg_mcp_server.database.rows import Relation, column_hint, cut_text, sample_rows
 from pg_mcp_server.errors import ColumnNotFoundError, ParameterError
 from pg_mcp_server.models.schema import (
@@ -35,7 +41,8 @@ Example: list_schemas()"""
 
 LIST_TABLES = """One schema's tables and views: comment, row estimate, size, primary key, column
 count. empty=true: no rows for certain; else the estimate is as of stats_as_of (absent: never
-analyzed). include_columns=true: a schema map, a column as "name type[ PK][ -> table.col]".
+analyzed). include_columns=true: a schema map, a column as "name type[ PK][ -> table.col][ --
+comment]", a multi-column key "-> t(a, b) [key k with b]", [NOT VALID]: rows unchecked.
 Paged: next_cursor. Example: list_tables(schema_name="sales", include_columns=true)"""
 
 SEARCH_TABLES = """Find tables that hold something, in all schemas: words matched against
@@ -110,6 +117,17 @@ def _cut_document(doc: dict[str, Any], max_chars: int) -> dict[str, Any]:
         if part in doc:
             out[part] = [item | _cut(item, texts, max_chars) for item in doc[part]]
     return out
+
+
+async def resolve_table(
+    app: AppContext, schema: str, table: str, default_schema: str
+) -> tuple[str, str]:
+    """(schema, table) of a table name that may be qualified (`sales.orders`,
+    `"Sales"."Orders"`), as PostgreSQL parses it, unless a table has that exact name; one
+    statement, only for a name with a dot or a quote."""
+    if not may_be_qualified(table):
+        return schema, table
+    return await app.db.run(lambda conn: split_name(conn, schema, table, default_schema), own=True)
 
 
 def _resume(
@@ -265,6 +283,7 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
             "include_constraints": include_constraints,
         }
         start, listing = _resume("describe_table", cursor, arguments)
+        schema_name, table_name = await resolve_table(app, schema_name, table_name, default_schema)
         doc = await describe_document(
             app, schema_name, table_name, include_indexes, include_constraints
         )
@@ -303,6 +322,7 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         where_clause: str | None = None,
         randomize: bool = False,
     ) -> Annotated[CallToolResult, GetSampleRowsOutput]:
+        schema_name, table_name = await resolve_table(app, schema_name, table_name, default_schema)
         try:
             sample = await app.db.run(
                 lambda conn: sample_rows(

@@ -35,6 +35,7 @@ from pg_mcp_server.embeddings import EmbeddingError, embedder
 from pg_mcp_server.errors import ColumnNotFoundError, ParameterError, closest, did_you_mean
 from pg_mcp_server.models.vectors import EmbeddingOutput, SimilaritySearchOutput
 from pg_mcp_server.tools.registry import READ_ONLY, ToolDef, make_tool, ok
+from pg_mcp_server.tools.schema_tools import resolve_table
 
 MAX_TEXT_CHARS = 32_000
 MAX_LIMIT = 100
@@ -223,7 +224,7 @@ def vector_tools(default_schema: str) -> list[ToolDef]:
                 "Hybrid search (text_column) needs query_text: the words to match",
                 suggestion="Pass query_text, or leave text_column out.",
             )
-        schema = schema_name
+        schema, table_name = await resolve_table(app, schema_name, table_name, default_schema)
         table = await app.db.run(lambda conn: table_vectors(conn, schema, table_name), own=True)
         if table is None:
 

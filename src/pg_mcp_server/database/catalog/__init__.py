@@ -35,8 +35,12 @@ if TYPE_CHECKING:
         no_path as no_path,
     )
     from pg_mcp_server.database.catalog.joinsql import (
+        countable as countable,
         fan_out_notes as fan_out_notes,
         join_sql as join_sql,
+        orphans_sql as orphans_sql,
+        unchecked_keys as unchecked_keys,
+        unchecked_notes as unchecked_notes,
     )
     from pg_mcp_server.database.catalog.keys import (
         foreign_keys_of as foreign_keys_of,
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
     from pg_mcp_server.database.catalog.names import (
         MAX_VALUES as MAX_VALUES,
         Names as Names,
+        may_be_qualified as may_be_qualified,
+        split_name as split_name,
     )
     from pg_mcp_server.database.catalog.search import (
         search_tables as search_tables,
@@ -57,9 +63,16 @@ __getattr__ = face(
     __name__,
     {
         "joinpaths": ["GraphCache", "MAX_DEPTH", "no_path", "Path", "PATH_CAP"],
-        "joinsql": ["fan_out_notes", "join_sql"],
+        "joinsql": [
+            "countable",
+            "fan_out_notes",
+            "join_sql",
+            "orphans_sql",
+            "unchecked_keys",
+            "unchecked_notes",
+        ],
         "keys": ["foreign_keys_of"],
-        "names": ["MAX_VALUES", "Names"],
+        "names": ["MAX_VALUES", "may_be_qualified", "Names", "split_name"],
         "search": ["search_tables"],
         "tables": ["SNAPSHOT", "SnapshotCache"],
     },

@@ -63,9 +63,10 @@ class Edge:
 
     @property
     def always_matches(self) -> bool:
-        """Walking to the referenced table over NOT NULL key columns, every row has a match;
-        a nullable key, or walking to the referencing side, may find none."""
-        return self.forward and self.key.not_null
+        """Walking to the referenced table over NOT NULL key columns of a validated key,
+        every row has a match; a nullable key, a NOT VALID one (whose existing rows were
+        never checked), or walking to the referencing side, may find none."""
+        return self.forward and self.key.not_null and self.key.validated
 
 
 Path = list[Edge]

@@ -14,6 +14,7 @@ from collections import Counter
 from pglast.keywords import COL_NAME_KEYWORDS, RESERVED_KEYWORDS, TYPE_FUNC_NAME_KEYWORDS
 
 from pg_mcp_server.database.catalog.joinpaths import FanKey, Graph, Path, join_types
+from pg_mcp_server.database.catalog.keys import ForeignKey
 
 _KEYWORDS = RESERVED_KEYWORDS | TYPE_FUNC_NAME_KEYWORDS | COL_NAME_KEYWORDS
 _PLAIN = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -115,3 +116,75 @@ def fan_out_notes(
     first = graph.names[path[0].start][1]
     times = "several times" if product is None else f"~{product:.3g}x"
     return notes, f"{first} rows repeat {times}, inflating sum/count: aggregate {first} first"
+
+
+# Orphans of a NOT VALID key are counted only on a referencing table of at most this many
+# rows (the planner's estimate): the count reads the whole table. At most ORPHAN_CAP are
+# counted.
+ORPHAN_SCAN_ROWS = 2_000_000
+ORPHAN_CAP = 100_000
+
+
+def unchecked_keys(paths: list[Path]) -> list[ForeignKey]:
+    """The NOT VALID keys the paths' steps use, each once."""
+    keys = {e.key.constraint_name: e.key for p in paths for e in p if not e.key.validated}
+    return list(keys.values())
+
+
+def countable(key: ForeignKey) -> bool:
+    return key.from_rows is not None and key.from_rows <= ORPHAN_SCAN_ROWS
+
+
+def orphans_sql(keys: list[ForeignKey]) -> str:
+    """One SELECT counting, for each key (all `countable`), the referencing rows whose key
+    columns are all set and match no referenced row (what validating the key would
+    reject), at most ORPHAN_CAP each: column k<i> for keys[i]. It goes through the same gate
+    as a caller's query (rows.Reader.read)."""
+    counts = []
+    for i, key in enumerate(keys):
+        child = f"{ident(key.from_schema)}.{ident(key.from_table)}"
+        parent = f"{ident(key.to_schema)}.{ident(key.to_table)}"
+        present = " AND ".join(f"c.{ident(a)} IS NOT NULL" for a in key.from_columns)
+        match = " AND ".join(
+            f"p.{ident(b)} = c.{ident(a)}"
+            for a, b in zip(key.from_columns, key.to_columns, strict=True)
+        )
+        counts.append(
+            f"(SELECT count(*) FROM (SELECT 1 FROM {child} c WHERE {present} AND NOT EXISTS "
+            f"(SELECT 1 FROM {parent} p WHERE {match}) LIMIT {ORPHAN_CAP}) o) AS k{i}"
+        )
+    return "SELECT " + ", ".join(counts)
+
+
+def unchecked_notes(graph: Graph, path: Path, orphans: dict[str, int | None]) -> list[str]:
+    """A note per step over a NOT VALID key: what an inner join over it loses, how to keep
+    it, and how many rows break the key (`orphans`: by constraint name; None or absent when
+    not counted)."""
+    notes = []
+    for edge, join in zip(path, join_types(path), strict=True):
+        key = edge.key
+        if key.validated:
+            continue
+        child, parent = key.from_table, key.to_table
+        count = orphans.get(key.constraint_name)
+        if count is None:
+            how_many = (
+                f"some {child} rows may reference no {parent} (not counted: about "
+                f"{key.from_rows} rows to read)"
+                if key.from_rows is not None and not countable(key)
+                else f"some {child} rows may reference no {parent} (not counted)"
+            )
+        elif count >= ORPHAN_CAP:
+            how_many = f"at least {ORPHAN_CAP} {child} rows reference no {parent}"
+        else:
+            how_many = f"{count} {child} rows reference no {parent}"
+        if edge.forward:
+            keep = (
+                f"the {join} here keeps them; an inner JOIN would drop them"
+                if join == "LEFT JOIN"
+                else "an inner JOIN drops them: use LEFT JOIN to keep them"
+            )
+        else:
+            keep = f"a join from {parent} never reaches them: start from {child} to see them"
+        notes.append(f"{key.constraint_name} is NOT VALID: {how_many}; {keep}")
+    return notes

@@ -27,6 +27,11 @@ SELECT DISTINCT ON (src.oid, dst.oid, from_columns, to_columns)
        {KEY_COLUMNS.format(key="confkey", rel="confrelid")} AS to_columns,
        {FK_ACTION.format(a="k.confupdtype")} AS on_update,
        {FK_ACTION.format(a="k.confdeltype")} AS on_delete,
+       k.convalidated AS validated,
+       -- The referencing table's row estimate, when it alone holds the key's rows: what
+       -- counting a NOT VALID key's orphans would read (joinsql.orphan_count).
+       CASE WHEN src.relkind = 'r' AND src.reltuples >= 0 THEN src.reltuples::bigint END
+           AS from_rows,
        NOT EXISTS (SELECT 1 FROM pg_catalog.unnest(k.conkey) AS u(n)
                    JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
                    WHERE NOT a.attnotnull) AS not_null,
@@ -166,6 +171,8 @@ class ForeignKey:
     to_columns: tuple[str, ...]
     on_update: str
     on_delete: str
+    validated: bool  # False: NOT VALID, existing rows may break it
+    from_rows: int | None
     not_null: bool
     from_unique: bool
     from_visible: bool
@@ -193,6 +200,7 @@ class ForeignKey:
             "to_columns": list(self.to_columns),
             "on_update": self.on_update,
             "on_delete": self.on_delete,
+            "not_valid": not self.validated,
         }
 
 

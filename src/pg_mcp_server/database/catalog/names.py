@@ -22,6 +22,7 @@ import asyncpg
 
 from pg_mcp_server.database.catalog import tables as catalog
 from pg_mcp_server.database.sql import statement
+from pg_mcp_server.errors import ParameterError
 
 MAX_VALUES = 100  # names a completion returns (the protocol's limit)
 NAME_BYTES = 63  # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes
@@ -164,3 +165,55 @@ async def require_table(conn: asyncpg.Connection, schema: str, table: str) -> No
 async def require_schema(conn: asyncpg.Connection, schema: str) -> None:
     if not await conn.fetchval(SCHEMA_EXISTS, schema):
         raise await catalog.missing_schema(conn, schema)
+
+
+# A table name that may be qualified (`sales.orders`, `"Sales"."Order Items"`): the relation
+# named exactly so first (a table may have a dot or quotes in its name), else the name as
+# PostgreSQL parses a qualified identifier (parse_ident: unquoted parts folded to lower case,
+# quoted ones kept). The CASE evaluates parse_ident only when there is no exact match, so a
+# name that is no identifier fails only then.
+SPLIT_NAME = statement(
+    "catalog.names.SPLIT_NAME",
+    """
+SELECT CASE WHEN NOT EXISTS (
+           SELECT 1 FROM pg_catalog.pg_class c
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p', 'v', 'm', 'f'))
+       THEN pg_catalog.parse_ident($2) END AS parts
+""",
+)
+
+
+def may_be_qualified(table: str) -> bool:
+    return "." in table or '"' in table
+
+
+async def split_name(
+    conn: asyncpg.Connection, schema: str, table: str, default_schema: str
+) -> tuple[str, str]:
+    """(schema, table) for `table` as the caller gave it with `schema` (`default_schema` when
+    not given): a relation with exactly that name first, else the qualified name's parts.
+    PARAMETER_ERROR when `schema` was given and the qualified name says another."""
+    if not may_be_qualified(table):
+        return schema, table
+    try:
+        parts = await conn.fetchval(SPLIT_NAME, schema, table)
+    except asyncpg.InvalidParameterValueError:  # not an identifier: a missing table
+        return schema, table
+    if parts is None:  # the exact name exists
+        return schema, table
+    if len(parts) == 1:  # "Quoted Name"
+        return schema, parts[0]
+    if len(parts) != 2:
+        return schema, table
+    named, name = parts
+    if schema not in (default_schema, named):
+        raise ParameterError(
+            f"table_name {table!r} names schema {named!r}, but schema_name is {schema!r}",
+            suggestion=(
+                f"Give schema_name={named!r}, table_name={name!r} (or only table_name "
+                f"{table!r}), or schema_name={schema!r} with an unqualified table_name."
+            ),
+            context={"schema_name": named, "table_name": name, "given_schema_name": schema},
+        )
+    return named, name

@@ -4,9 +4,10 @@ schema, ranked, in one catalog statement.
 A query is cut into words (plurals folded: "emails" finds email, "categories" category). Each
 word scores a table by its best match there: the table's name equal (10) or containing it (6),
 a column's name equal (5) or containing it (4), the table's comment (3), a column's comment
-(2). Tables matching more of the words rank first, then by score. Matching is substring
-containment on lower-cased text, which needs no extension and reads 100,000 columns in tens of
-milliseconds.
+(2); "embedding", "vector", "semantic" and "similar" match a pgvector column as a name
+containing them would (4). Tables matching more of the words rank first, then by score.
+Matching is substring containment on lower-cased text, which needs no extension and reads
+100,000 columns in tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.catalog.tables import column_lines
+from pg_mcp_server.database.catalog.tables import ROW_FACTS, VECTOR_TYPES, column_lines
 from pg_mcp_server.database.sql import statement
 from pg_mcp_server.errors import ParameterError
 
 MAX_WORDS = 8
+# Words (after plurals are folded) that find pgvector columns by their type.
+VECTOR_WORDS = ["embedding", "vector", "semantic", "similar", "similarity"]
 COLUMNS_SHOWN = 5  # matching columns shown per table, best first
 # Words that say nothing about where data lives ("which table has customer emails?").
 # fmt: off
@@ -63,6 +66,15 @@ column_hits AS (
           WHERE attnum > 0 AND NOT attisdropped
             AND pg_catalog.lower(attname) OPERATOR(pg_catalog.~~) ANY ($3::text[])) a
     JOIN words w ON pg_catalog.strpos(a.lname, w.word) > 0
+    UNION ALL
+    -- "embedding", "vector", "semantic", "similar": the pgvector columns, whatever their name
+    -- (read only when the query has such a word).
+    SELECT a.attrelid, a.attnum, w.ord, 4
+    FROM pg_catalog.pg_attribute a
+    JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+    JOIN words w ON w.word = ANY ($5::text[])
+    WHERE EXISTS (SELECT 1 FROM words v WHERE v.word = ANY ($5::text[]))
+      AND t.typname::text = ANY ($6::text[]) AND a.attnum > 0 AND NOT a.attisdropped
     UNION ALL
     SELECT d.objoid, d.objsubid::int2, w.ord, 2
     FROM pg_catalog.pg_description d
@@ -108,9 +120,18 @@ FROM summary LEFT JOIN LATERAL (
                WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
                WHEN 'f' THEN 'foreign table' END AS type,
            pg_catalog.left(r.description, 200) AS description,
-           {column_lines("r", _BEST_COLUMNS, comment=True)} AS columns,
+           facts.empty, pc.relispopulated AS populated,
+           ARRAY(SELECT a.attname::text
+                 FROM pg_catalog.pg_constraint k
+                 CROSS JOIN LATERAL pg_catalog.unnest(k.conkey) WITH ORDINALITY AS u(attnum, o)
+                 JOIN pg_catalog.pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.attnum
+                 WHERE k.conrelid = r.oid AND k.contype = 'p'
+                 ORDER BY u.o) AS primary_key,
+           {column_lines("r", _BEST_COLUMNS)} AS columns,
            page.words, page.score
     FROM page JOIN rel r ON r.oid = page.oid
+    JOIN pg_catalog.pg_class pc ON pc.oid = page.oid
+    CROSS JOIN {ROW_FACTS.format(c="pc")}
 ) m ON true
 ORDER BY m.words DESC, m.score DESC, m.schema_name, m.table_name
 """,
@@ -146,7 +167,18 @@ async def search_tables(
     """The `limit` matches after the best `offset`, how many tables match in all, and the
     ranked listing's fingerprint."""
     words = search_words(query)
-    rows = await conn.fetch(SEARCH, words, limit, [f"%{w}%" for w in words], offset)
-    shown = ("schema_name", "table_name", "type", "description", "columns")
+    rows = await conn.fetch(
+        SEARCH, words, limit, [f"%{w}%" for w in words], offset, VECTOR_WORDS, list(VECTOR_TYPES)
+    )
+    shown = (
+        "schema_name",
+        "table_name",
+        "type",
+        "description",
+        "empty",
+        "populated",
+        "primary_key",
+        "columns",
+    )
     matches = [{k: r[k] for k in shown} for r in rows if r["schema_name"] is not None]
     return matches, int(rows[0]["total"]), rows[0]["listing"] or ""

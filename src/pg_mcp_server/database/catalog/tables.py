@@ -143,7 +143,8 @@ _FOREIGN_KEYS = f"""
            {KEY_COLUMNS.format(key="conkey", rel="conrelid")} AS from_columns,
            {KEY_COLUMNS.format(key="confkey", rel="confrelid")} AS to_columns,
            {FK_ACTION.format(a="k.confupdtype")} AS on_update,
-           {FK_ACTION.format(a="k.confdeltype")} AS on_delete
+           {FK_ACTION.format(a="k.confdeltype")} AS on_delete,
+           k.convalidated AS validated
     FROM pg_catalog.pg_constraint k
     JOIN pg_catalog.pg_class dst
       ON dst.oid = coalesce(pg_catalog.pg_partition_root(k.confrelid), k.confrelid)
@@ -156,16 +157,115 @@ _FOREIGN_KEYS = f"""
     ORDER BY dst.oid, from_columns, to_columns, k.conname"""
 
 
-def column_lines(c: str, where: str = "", comment: bool = False) -> str:
-    """SQL for an array of relation `c`'s columns (those `where` also admits), in order, as
-    the schema map shows them: "name type[ PK][ -> [schema.]table.column][ -- comment]"."""
-    fks = _FOREIGN_KEYS.format(c=c)
-    note = (
-        """ || coalesce(' -- ' || pg_catalog.left(pg_catalog.col_description(a.attrelid,
-                a.attnum), 100), '')"""
-        if comment
-        else ""
+# Column comments in the schema map: at most this many characters, then the cut marker
+# every tool uses (rows.values.cut_marker; written out here, as importing rows from here
+# would make a cycle; tests/test_catalog_facts.py checks they agree).
+COMMENT_CHARS = 80
+CUT_MARK_SQL = "pg_catalog.format('...[cut: %s chars]', {length})"
+
+# A list of names `arr` (name[]), quoted where SQL needs it, from element `from` on.
+_NAMES = """(SELECT pg_catalog.string_agg(pg_catalog.quote_ident(u.x), ', ' ORDER BY u.o)
+    FROM pg_catalog.unnest({arr}) WITH ORDINALITY AS u(x, o) WHERE u.o >= {first})"""
+
+
+def _key_text(c: str) -> str:
+    """SQL for what foreign key `f` says on column `a`'s schema-map line. A one-column key:
+    " -> [schema.]table.column"; a key of several columns, on its first column
+    " -> [schema.]table(col1, col2) [key name with col2]" and on each other one
+    " [in key name]", so that it never reads as a key of its own; "NOT VALID" marks a key
+    whose existing rows were never checked."""
+    target = f"""CASE WHEN f.ref_namespace <> {c}.relnamespace
+                 THEN pg_catalog.quote_ident(f.ref_schema) || '.' ELSE '' END
+            || pg_catalog.quote_ident(f.ref_table)"""
+    unchecked = "CASE WHEN f.validated THEN '' ELSE '{}NOT VALID{}' END"
+    return f"""CASE
+        WHEN pg_catalog.cardinality(f.from_columns) = 1
+        THEN ' -> ' || {target} || '.' || pg_catalog.quote_ident(f.to_columns[1])
+             || {unchecked.format(" [", "]")}
+        WHEN f.from_columns[1] = a.attname
+        THEN ' -> ' || {target} || '(' || {_NAMES.format(arr="f.to_columns", first=1)}
+             || ') [key ' || pg_catalog.quote_ident(f.conname) || ' with '
+             || {_NAMES.format(arr="f.from_columns", first=2)} || {unchecked.format(", ", "")}
+             || ']'
+        ELSE ' [in key ' || pg_catalog.quote_ident(f.conname) || ']' END"""
+
+
+# pgvector's types and its operator classes' distances, as vectors/columns.py has them for
+# similarity_search (importing it here would make a cycle; tests/test_catalog_facts.py checks
+# they agree).
+VECTOR_TYPES = ("vector", "halfvec", "sparsevec")
+DISTANCES = {
+    "_l2_ops": ("<->", "l2"),
+    "_cosine_ops": ("<=>", "cosine"),
+    "_ip_ops": ("<#>", "negative_inner_product"),
+    "_l1_ops": ("<+>", "l1"),
+}
+DEFAULT_DISTANCE = ("<=>", "cosine")
+
+# pgvector columns (vectors/columns.py reads the same facts for similarity_search): the
+# distance a column's HNSW or IVFFlat index serves, from its operator class's suffix
+# (`vector_cosine_ops`), the index that is whole first; none: cosine, and a scan.
+# (The types' oids are read once per statement, an InitPlan, not once per column.)
+_VECTOR_NAMES = ", ".join(f"'{t}'" for t in VECTOR_TYPES)
+_IS_VECTOR = f"""{{a}}.atttypid = ANY (ARRAY(SELECT t.oid FROM pg_catalog.pg_type t
+    WHERE t.typname = ANY (ARRAY[{_VECTOR_NAMES}]::pg_catalog.name[])))"""
+_SUFFIXES = "|".join(s.removeprefix("_").removesuffix("_ops") for s in DISTANCES)
+_VECTOR_INDEX = f"""SELECT ic.relname AS name, am.amname AS method,
+           i.indpred IS NOT NULL AS partial,
+           pg_catalog.substring(oc.opcname, '_({_SUFFIXES})_ops$') AS kind
+    FROM pg_catalog.pg_index i
+    JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+    JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+    CROSS JOIN LATERAL pg_catalog.generate_series(0, i.indnkeyatts - 1) AS k(n)
+    JOIN pg_catalog.pg_opclass oc ON oc.oid = i.indclass[k.n]
+    WHERE i.indrelid = {{a}}.attrelid AND i.indkey[k.n] = {{a}}.attnum AND i.indisvalid
+      AND am.amname = ANY (ARRAY['hnsw', 'ivfflat']::pg_catalog.name[])
+      AND pg_catalog.substring(oc.opcname, '_({_SUFFIXES})_ops$') IS NOT NULL
+    ORDER BY i.indpred IS NOT NULL, ic.relname LIMIT 1"""
+
+
+def _by_kind(part: int) -> str:
+    """SQL CASE: the distance's name (part 1) or operator (part 0) for index kind `v.kind`."""
+    whens = " ".join(
+        f"WHEN v.kind = '{suffix.removeprefix('_').removesuffix('_ops')}' THEN '{d[part]}'"
+        for suffix, d in DISTANCES.items()
     )
+    return f"CASE {whens} END"
+
+
+def _vector_marker(a: str) -> str:
+    """SQL for the schema map's mark on a vector column `a`: " [hnsw cosine <=>]" (the
+    index's method, distance and operator), or " [no vector index]"; '' for other columns."""
+    return f"""CASE WHEN {_IS_VECTOR.format(a=a)} THEN coalesce((
+        SELECT ' [' || v.method || ' ' || {_by_kind(1)} || ' ' || {_by_kind(0)}
+               || CASE WHEN v.partial THEN ', partial index' ELSE '' END || ']'
+        FROM ({_VECTOR_INDEX.format(a=a)}) v), ' [no vector index]') ELSE '' END"""
+
+
+def _vector_json(a: str) -> str:
+    """SQL for describe_table's `vector` object of column `a` (NULL for other columns)."""
+    operator, distance = DEFAULT_DISTANCE
+    return f"""CASE WHEN {_IS_VECTOR.format(a=a)} THEN coalesce((
+        SELECT pg_catalog.json_build_object(
+            'dimensions', CASE WHEN {a}.atttypmod > 0 THEN {a}.atttypmod END,
+            'distance', {_by_kind(1)}, 'operator', {_by_kind(0)}, 'index', v.name,
+            'partial_index', v.partial)
+        FROM ({_VECTOR_INDEX.format(a=a)}) v), pg_catalog.json_build_object(
+            'dimensions', CASE WHEN {a}.atttypmod > 0 THEN {a}.atttypmod END,
+            'distance', '{distance}', 'operator', '{operator}',
+            'note', 'no vector index: similarity searches scan the table')) END"""
+
+
+def column_lines(c: str, where: str = "", comment_chars: int = COMMENT_CHARS) -> str:
+    """SQL for an array of relation `c`'s columns (those `where` also admits), in order, as
+    the schema map shows them: "name type[ PK][ key ...][ -- comment]" (see `_key_text`),
+    the comment cut after `comment_chars` characters and marked."""
+    fks = _FOREIGN_KEYS.format(c=c)
+    comment = "d.description"
+    note = f"""coalesce(' -- ' || CASE WHEN pg_catalog.length({comment}) > {comment_chars}
+                THEN pg_catalog.left({comment}, {comment_chars})
+                     || {CUT_MARK_SQL.format(length=f"pg_catalog.length({comment})")}
+                ELSE {comment} END, '')"""
     return f"""ARRAY(
     WITH fks AS ({fks})
     SELECT pg_catalog.quote_ident(a.attname) || ' '
@@ -173,15 +273,15 @@ def column_lines(c: str, where: str = "", comment: bool = False) -> str:
            || CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_constraint p
                    WHERE p.conrelid = {c}.oid AND p.contype = 'p'
                      AND a.attnum = ANY (p.conkey)) THEN ' PK' ELSE '' END
-           || coalesce((SELECT pg_catalog.string_agg(' -> '
-                   || CASE WHEN f.ref_namespace <> {c}.relnamespace
-                           THEN pg_catalog.quote_ident(f.ref_schema) || '.' ELSE '' END
-                   || pg_catalog.quote_ident(f.ref_table) || '.'
-                   || pg_catalog.quote_ident(
-                          f.to_columns[pg_catalog.array_position(f.from_columns, a.attname)]),
-                   '' ORDER BY f.conname)
-               FROM fks f WHERE a.attname = ANY (f.from_columns)), ''){note}
+           || coalesce((SELECT pg_catalog.string_agg({_key_text(c)}, ''
+                   ORDER BY pg_catalog.cardinality(f.from_columns), f.conname)
+               FROM fks f WHERE a.attname = ANY (f.from_columns)), '')
+           || {_vector_marker("a")}
+           || {note}
     FROM pg_catalog.pg_attribute a
+    LEFT JOIN pg_catalog.pg_description d
+      ON d.objoid = a.attrelid AND d.classoid = 'pg_catalog.pg_class'::pg_catalog.regclass
+     AND d.objsubid = a.attnum
     WHERE a.attrelid = {c}.oid AND a.attnum > 0 AND NOT a.attisdropped {where}
     ORDER BY a.attnum)"""
 
@@ -241,6 +341,7 @@ LEFT JOIN LATERAL (
            (SELECT count(*) FROM pg_catalog.pg_attribute a
             WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)::int AS column_count,
            {_PARTITIONS.format(c="c")} AS partitions,
+           c.relispopulated AS populated,
            CASE WHEN $6 THEN {column_lines("c")} END AS columns
     FROM pg_catalog.pg_class c
     CROSS JOIN {ROW_FACTS.format(c="c")}
@@ -299,13 +400,31 @@ pk AS (
     WHERE k.conrelid = rel.oid AND k.contype = 'p'
 ),
 fks AS (SELECT f.* FROM rel CROSS JOIN LATERAL ({_FOREIGN_KEYS.format(c="rel")}) f),
+-- Every key each column is in, one-column keys first: a key of several columns names all of
+-- them (and `referenced_column` is the one this column is paired with).
+colfk AS (
+    SELECT u.attname, pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+            'constraint_name', f.conname, 'referenced_schema', f.ref_schema,
+            'referenced_table', f.ref_table,
+            'referenced_column', f.to_columns[u.o],
+            'columns', CASE WHEN pg_catalog.cardinality(f.from_columns) > 1
+                THEN f.from_columns END,
+            'referenced_columns', CASE WHEN pg_catalog.cardinality(f.from_columns) > 1
+                THEN f.to_columns END,
+            'not_valid', NOT f.validated,
+            'on_update', f.on_update, 'on_delete', f.on_delete)
+        ORDER BY pg_catalog.cardinality(f.from_columns), f.conname) AS keys
+    FROM fks f CROSS JOIN LATERAL pg_catalog.unnest(f.from_columns) WITH ORDINALITY AS u(attname, o)
+    GROUP BY u.attname
+),
 uniq AS (
     SELECT i.indkey[0] AS attnum FROM pg_catalog.pg_index i, rel
     WHERE i.indrelid = rel.oid AND i.indisunique AND i.indnkeyatts = 1 AND i.indpred IS NULL
 ),
 col AS (
     -- NOT NULL also when its domain says so (as information_schema.columns has it).
-    SELECT a.attnum, a.attname, a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS attnotnull,
+    SELECT a.attrelid, a.attnum, a.attname, a.atttypid, a.atttypmod,
+           a.attnotnull OR (t.typtype = 'd' AND t.typnotnull) AS attnotnull,
            a.attidentity, a.attgenerated,
            pg_catalog.format_type(a.atttypid, a.atttypmod) AS data_type,
            pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS expr,
@@ -339,20 +458,17 @@ ELSE pg_catalog.json_build_object(
         'description', col.description,
         'is_primary_key', EXISTS (SELECT 1 FROM pk WHERE col.attnum = ANY(pk.conkey)),
         'is_unique', EXISTS (SELECT 1 FROM uniq WHERE uniq.attnum = col.attnum),
-        'foreign_key', (SELECT pg_catalog.json_build_object(
-                'constraint_name', f.conname, 'referenced_schema', f.ref_schema,
-                'referenced_table', f.ref_table,
-                'referenced_column',
-                f.to_columns[pg_catalog.array_position(f.from_columns, col.attname)],
-                'on_update', f.on_update, 'on_delete', f.on_delete)
-            FROM fks f WHERE col.attname = ANY (f.from_columns) ORDER BY f.conname LIMIT 1),
+        'foreign_key', (SELECT k.keys -> 0 FROM colfk k WHERE k.attname = col.attname),
+        'other_foreign_keys', (SELECT CASE WHEN pg_catalog.jsonb_array_length(k.keys) > 1
+            THEN k.keys - 0 END FROM colfk k WHERE k.attname = col.attname),
         'enum_values', CASE WHEN col.enum_oid IS NOT NULL THEN (
             SELECT pg_catalog.json_agg(e.enumlabel ORDER BY e.enumsortorder)
             FROM pg_catalog.pg_enum e WHERE e.enumtypid = col.enum_oid) END,
         'domain_base_type', col.domain_base,
         'identity_generation', CASE col.attidentity WHEN 'a' THEN 'ALWAYS'
             WHEN 'd' THEN 'BY DEFAULT' END,
-        'generation_expression', CASE WHEN col.attgenerated <> '' THEN col.expr END
+        'generation_expression', CASE WHEN col.attgenerated <> '' THEN col.expr END,
+        'vector', {_vector_json("col")}
         ) ORDER BY col.attnum), '[]') FROM col),
     'indexes', CASE WHEN $3 THEN (SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
         'name', x.relname,
@@ -388,7 +504,7 @@ ELSE pg_catalog.json_build_object(
         pg_catalog.json_build_object(
         'name', kc.name, 'type', kc.type, 'columns', kc.columns, 'definition', kc.definition,
         'referenced_table', kc.ref_table, 'referenced_schema', kc.ref_schema,
-        'referenced_columns', kc.ref_columns
+        'referenced_columns', kc.ref_columns, 'not_valid', kc.not_valid
         ) ORDER BY kc.rank, kc.name), '[]')
         FROM (
             SELECT k.conname AS name,
@@ -400,17 +516,16 @@ ELSE pg_catalog.json_build_object(
                    -- fully described by columns and references, and deparsing costs.
                    CASE WHEN k.contype IN ('c', 'x')
                         THEN pg_catalog.pg_get_constraintdef(k.oid, true) END AS definition,
-                   NULL::name AS ref_table, NULL::name AS ref_schema, NULL::name[] AS ref_columns
+                   NULL::name AS ref_table, NULL::name AS ref_schema, NULL::name[] AS ref_columns,
+                   NOT k.convalidated AS not_valid
             FROM pg_catalog.pg_constraint k
             WHERE k.conrelid = rel.oid AND k.contype IN ('p', 'u', 'c', 'x')
             UNION ALL
             SELECT f.conname, 'FOREIGN KEY', 3, f.from_columns, NULL, f.ref_table, f.ref_schema,
-                   f.to_columns
+                   f.to_columns, NOT f.validated
             FROM fks f
-            -- Not a single-column key that its column's foreign_key already shows.
-            WHERE pg_catalog.cardinality(f.from_columns) > 1 OR EXISTS (
-                SELECT 1 FROM fks g
-                WHERE f.from_columns[1] = ANY (g.from_columns) AND g.conname < f.conname)
+            -- A one-column key is shown on its column (foreign_key or other_foreign_keys).
+            WHERE pg_catalog.cardinality(f.from_columns) > 1
             ) kc) END,
     'partitions', {_PARTITIONS.format(c="rel")},
     'partition_key', CASE WHEN rel.relkind = 'p'
@@ -423,7 +538,8 @@ ELSE pg_catalog.json_build_object(
         JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
         WHERE i.inhrelid = rel.oid LIMIT 1) END,
     'view_definition', CASE WHEN rel.relkind IN ('v', 'm')
-        THEN pg_catalog.pg_get_viewdef(rel.oid, true) END
+        THEN pg_catalog.pg_get_viewdef(rel.oid, true) END,
+    'populated', rel.relispopulated
 ) END AS doc,
 tok.token,
 facts.*,
