@@ -193,3 +193,18 @@ async def test_sample_databases_are_drawn_as_their_catalogs_hold_them(
                 and shown(k["parent"], k["parent_schema"]) not in left_out
             )
             assert sorted((r[0], r[4]) for r in relations) == expected, schema
+
+
+async def test_find_join_path_draws_the_paths_tables_on_request(client: Client) -> None:
+    plain = await call(client, "find_join_path", from_table="Odd Name", to_table="customer")
+    assert "diagram" not in plain
+    found = await call(
+        client, "find_join_path", from_table="Odd Name", to_table="customer", diagram=True
+    )
+    entities, relations = parse(f"```mermaid\n{found['diagram']}\n```")
+    assert set(entities) == {"Odd Name", "flight", "customer"}
+    assert {(r[0], r[4], r[5]) for r in relations} == {
+        ("Odd Name", "flight", "flight_id"),
+        ("flight", "customer", "customer_id"),
+    }
+    assert found["paths"][0]["steps"] == ["Odd Name_flight_id_fkey", "flight_customer_fkey"]

@@ -59,3 +59,4 @@ class FindJoinPathOutput(Compact):
     paths: list[JoinPath]
     paths_found: int
     note: str | None = None
+    diagram: str | None = None  # additive, with diagram=true: Mermaid erDiagram text

@@ -14,6 +14,7 @@ from pg_mcp_server.database.catalog import (
     PATH_CAP,
     Path,
     countable,
+    erd,
     fan_out_notes,
     foreign_keys_of,
     join_sql,
@@ -39,7 +40,8 @@ Example: get_foreign_keys(table_name="orders")"""
 
 FIND_JOIN_PATH = """How to join two tables by foreign keys: shortest paths, each with
 sql_example (runs as-is after a SELECT list), steps (each join's key), fan_out (joins that
-multiply rows, with the ratio) and warning (its effect on sums over the first table).
+multiply rows, with the ratio) and warning (its effect on sums over the first table);
+diagram=true adds a Mermaid erDiagram of the paths' tables.
 Example: find_join_path(from_table="payment", to_table="film")"""
 
 
@@ -91,6 +93,7 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
         from_schema: str = default_schema,
         to_schema: str = default_schema,
         max_depth: Annotated[int, Field(ge=1, le=MAX_DEPTH)] = MAX_DEPTH,
+        diagram: bool = False,
     ) -> Annotated[CallToolResult, FindJoinPathOutput]:
         from_schema, from_table = await resolve_table(app, from_schema, from_table, default_schema)
         to_schema, to_table = await resolve_table(app, to_schema, to_table, default_schema)
@@ -115,6 +118,14 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
                     not_valid=unchecked_notes(graph, path, orphans),
                 )
             )
+        drawn = None
+        if diagram:
+            on_path = sorted(
+                {oid for path in found.shown for e in path for oid in (e.start, e.end)}
+            )
+            drawn = await app.db.run(
+                lambda conn: erd.path_diagram(conn, from_schema, on_path), own=True
+            )
         return ok(
             FindJoinPathOutput(
                 from_table=from_table,
@@ -122,6 +133,7 @@ def relationship_tools(default_schema: str) -> list[ToolDef]:
                 paths=shown,
                 paths_found=len(found.paths),
                 note=_note(found.paths, len(shown), found.capped),
+                diagram=drawn.mermaid if drawn is not None else None,
             )
         )
 

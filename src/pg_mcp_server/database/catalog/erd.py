@@ -32,10 +32,12 @@ MAX_ENTITIES = 60
 MAX_COLUMNS = 24
 COMMENT_CHARS = 60  # (the statement reads one more, so a longer comment is known to be cut)
 
-# $1 schema; $2 a table of it, or NULL for the whole schema. The schema's tables (plain and
+# $1 schema; $2 a table of it, or NULL for the whole schema; $3 the tables of a join path
+# (oids), or NULL. The schema's tables (plain and
 # partitioned parents, not partitions, not views: keys live on tables) and the tables of other
 # schemas their keys reference, and the schema's keys; or the table, every table a key joins
-# it to and the keys among them. Each key with all its columns in key order.
+# it to and the keys among them; or a join path's tables and the keys among them. Each key
+# with all its columns in key order.
 ERD = statement(
     "catalog.erd.ERD",
     """
@@ -47,7 +49,7 @@ focus AS (
 ),
 own AS (
   SELECT c.oid FROM pg_catalog.pg_class c
-  WHERE $2::text IS NULL AND c.relnamespace = (SELECT ns.oid FROM ns)
+  WHERE $2::text IS NULL AND $3::oid[] IS NULL AND c.relnamespace = (SELECT ns.oid FROM ns)
     AND c.relkind IN ('r', 'p') AND NOT c.relispartition
 ),
 chosen AS (
@@ -57,6 +59,8 @@ chosen AS (
   WHERE k.contype = 'f' AND k.conrelid IN (SELECT oid FROM own)
   UNION
   SELECT f.oid FROM focus f
+  UNION
+  SELECT p.oid FROM pg_catalog.unnest($3::oid[]) AS p(oid)
   UNION
   SELECT CASE WHEN k.conrelid = f.oid THEN k.confrelid ELSE k.conrelid END
   FROM pg_catalog.pg_constraint k JOIN focus f ON f.oid IN (k.conrelid, k.confrelid)
@@ -81,7 +85,7 @@ keys AS (
   FROM pg_catalog.pg_constraint k
   WHERE k.contype = 'f' AND k.conrelid IN (SELECT oid FROM chosen)
     AND k.confrelid IN (SELECT oid FROM chosen)
-    AND ($2::text IS NOT NULL OR k.conrelid IN (SELECT oid FROM own))
+    AND ($2::text IS NOT NULL OR $3::oid[] IS NOT NULL OR k.conrelid IN (SELECT oid FROM own))
 )
 SELECT (SELECT ns.oid IS NOT NULL FROM ns) AS schema_exists,
        ($2::text IS NULL OR EXISTS (SELECT 1 FROM focus)) AS table_exists,
@@ -131,13 +135,21 @@ class Diagram:
 async def diagram(conn: asyncpg.Connection, schema: str, table: str | None = None) -> Diagram:
     """The diagram of `schema`, or of `table` in it and its neighbours; SCHEMA_NOT_FOUND or
     TABLE_NOT_FOUND (with the closest names) when there is no such thing."""
-    row = await conn.fetchrow(ERD, schema, table)
+    row = await conn.fetchrow(ERD, schema, table, None)
     assert row is not None
     if not row["schema_exists"] or not row["table_exists"]:
         if table is None:
             raise await catalog.missing_schema(conn, schema)
         raise await catalog.missing_table(conn, schema, table)
     # json comes decoded on the pool's connections (pool/engine.py sets the codec)
+    return draw(row["entities"] or [], row["keys"] or [], schema)
+
+
+async def path_diagram(conn: asyncpg.Connection, schema: str, tables: list[int]) -> Diagram:
+    """The tables of a join path (oids, found in the catalog just before) and the keys among
+    them; names of `schema` drawn unqualified."""
+    row = await conn.fetchrow(ERD, schema, None, tables)
+    assert row is not None
     return draw(row["entities"] or [], row["keys"] or [], schema)
 
 
