@@ -103,10 +103,16 @@ async def bed(request: pytest.FixtureRequest, datasets: dict[str, str]) -> Async
         yield Bed(client, tables)
 
 
-async def text_of(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+async def text_of(
+    client: Client, tool: str, arguments: dict[str, Any], *, refusals: bool = False
+) -> str:
+    """The answer's text; an error fails the test, but with `refusals` a guard's refusal is
+    an answer too (a view whose function it cannot analyse: where contrib's tablefunc is
+    missing, as in the pgserver wheel's 16, the test bed's crosstab is PL/pgSQL with EXECUTE)."""
     result = await client.call_tool(tool, arguments)
     text: str = result.content[0].text  # type: ignore[union-attr]
-    assert not result.is_error, f"{tool}({arguments}): {text}"
+    refused = refusals and '"code":"WRITE_OPERATION_DENIED"' in text
+    assert not result.is_error or refused, f"{tool}({arguments}): {text}"
     return text
 
 
@@ -166,7 +172,7 @@ async def test_sample_rows_fit_the_budget(bed: Bed, request: pytest.FixtureReque
         sizes.add(
             "get_sample_rows",
             label(arguments),
-            await text_of(bed.client, "get_sample_rows", arguments),
+            await text_of(bed.client, "get_sample_rows", arguments, refusals=True),
         )
     check(sizes, dataset_of(request))
 
