@@ -167,55 +167,64 @@ def _session(r: asyncpg.Record) -> dict[str, Any]:
 
 
 async def idle_in_transaction(conn: asyncpg.Connection, limit: int) -> Outcome:
-    rows = await conn.fetch(SESSIONS, limit, True, 0)
-    findings = []
-    for r in rows:
-        idle = seconds(r["state_seconds"]) or 0.0
-        severity = (
-            "critical" if idle >= IDLE_CRITICAL else "warning" if idle >= IDLE_WARNING else "info"
-        )
-        findings.append(
-            Finding(
-                "idle_in_transaction",
-                severity,
-                f"pid {r['pid']}",
-                _session(r) | {"idle_seconds": idle},
-                f"SELECT pg_terminate_backend({r['pid']});",
-            )
-        )
-    hidden = await conn.fetchval(HIDDEN) if not rows else rows[0]["hidden"]
-    return Outcome(
+    return await _sessions_check(
+        conn,
+        limit,
         "idle_in_transaction",
-        worst_first(findings),
-        rows[0]["total"] if rows else 0,
-        _hidden_note(hidden),
+        idle=True,
+        since=0,
+        seconds_key=("state_seconds", "idle_seconds"),
+        thresholds=(IDLE_WARNING, IDLE_CRITICAL),
+        fix="SELECT pg_terminate_backend({pid});",
     )
 
 
 async def long_running_queries(conn: asyncpg.Connection, limit: int) -> Outcome:
-    rows = await conn.fetch(SESSIONS, limit, False, LONG_INFO)
+    return await _sessions_check(
+        conn,
+        limit,
+        "long_running_queries",
+        idle=False,
+        since=LONG_INFO,
+        seconds_key=("query_seconds", "query_seconds"),
+        thresholds=(LONG_WARNING, LONG_CRITICAL),
+        fix="SELECT pg_cancel_backend({pid});",
+    )
+
+
+async def _sessions_check(
+    conn: asyncpg.Connection,
+    limit: int,
+    check: str,
+    *,
+    idle: bool,
+    since: float,
+    seconds_key: tuple[str, str],
+    thresholds: tuple[float, float],
+    fix: str,
+) -> Outcome:
+    """Sessions idle in a transaction (`idle`) or running one statement for `since` seconds
+    or more: one finding each, its severity by how long (`thresholds`: warning, critical),
+    and how many sessions this role cannot see."""
+    rows = await conn.fetch(SESSIONS, limit, idle, since)
+    column, shown = seconds_key
+    warning, critical = thresholds
     findings = []
     for r in rows:
-        running = seconds(r["query_seconds"]) or 0.0
-        severity = (
-            "critical"
-            if running >= LONG_CRITICAL
-            else "warning"
-            if running >= LONG_WARNING
-            else "info"
-        )
+        lasted = seconds(r[column]) or 0.0
+        severity = "critical" if lasted >= critical else "warning" if lasted >= warning else "info"
         findings.append(
             Finding(
-                "long_running_queries",
+                check,
                 severity,
                 f"pid {r['pid']}",
-                _session(r) | {"query_seconds": running},
-                f"SELECT pg_cancel_backend({r['pid']});",
+                _session(r) | {shown: lasted},
+                fix.format(pid=r["pid"]),
             )
         )
     hidden = await conn.fetchval(HIDDEN) if not rows else rows[0]["hidden"]
     return Outcome(
-        "long_running_queries",
+        check,
         worst_first(findings),
         rows[0]["total"] if rows else 0,
         _hidden_note(hidden),
