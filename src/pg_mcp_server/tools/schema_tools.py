@@ -69,6 +69,11 @@ CURSOR = Annotated[str | None, WithJsonSchema({"type": "string"})]
 
 SAMPLE_ANNOTATIONS = READ_ONLY.model_copy(update={"idempotent_hint": False})
 
+DEFINITION_HELD = (
+    "view_definition is left out: another session is changing this view (it holds, or waits"
+    " for, the view's ACCESS EXCLUSIVE lock). Describe the view again once that session ends."
+)
+
 # Read afresh on every call (they change outside transactions), and put last.
 _FRESH = ("estimated_row_count", "empty", "stats_as_of", "size_pretty")
 
@@ -103,6 +108,8 @@ async def describe_document(
             DescribeTableOutput.model_validate(row["doc"]).dump(),
             app.settings.server.max_value_chars,
         )
+        if row["definition_held"]:  # not kept: the next call reads the definition
+            return doc | fresh | {"note": DEFINITION_HELD}
         app.described.put(key, row["token"], doc, len(json.dumps(doc)))
         return doc | fresh
     return cached[1] | fresh
@@ -159,10 +166,10 @@ def _paged(
     listing: str,
     changed: bool,
 ) -> dict[str, Any]:
-    """`answer` with its note and, when more is held, the cursor to it."""
+    """`answer` with its note (after any it has) and, when more is held, the cursor to it."""
     note = pages.note(what, start, shown, total, changed=changed)
     if note:
-        answer["note"] = note
+        answer["note"] = f"{answer['note']} {note}" if answer.get("note") else note
     if start + shown < total:
         answer["next_cursor"] = pages.encode(tool, arguments, start + shown, listing)
     return answer

@@ -384,6 +384,8 @@ _DESCRIBE_TOKEN = f"""{SNAPSHOT} || '/'
 # current token, see SnapshotCache), and apart from it what changes outside transactions; no
 # row when there is no such relation. Nulls and defaults are left to the model (models.compact)
 # to drop; an index's definition is given only when it says more than its other fields.
+# pg_get_viewdef opens the view: while another session holds it (or waits to, see _HELD), its
+# definition is not read and `definition_held` says so, rather than wait for that session.
 DESCRIBE_TABLE = statement(
     "catalog.tables.DESCRIBE_TABLE",
     f"""
@@ -537,10 +539,11 @@ ELSE pg_catalog.json_build_object(
         JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
         JOIN pg_catalog.pg_namespace pn ON pn.oid = p.relnamespace
         WHERE i.inhrelid = rel.oid LIMIT 1) END,
-    'view_definition', CASE WHEN rel.relkind IN ('v', 'm')
+    'view_definition', CASE WHEN rel.relkind IN ('v', 'm') AND {_FREE.format(c="rel")}
         THEN pg_catalog.pg_get_viewdef(rel.oid, true) END,
     'populated', rel.relispopulated
 ) END AS doc,
+rel.relkind IN ('v', 'm') AND NOT {_FREE.format(c="rel")} AS definition_held,
 tok.token,
 facts.*,
 pg_catalog.pg_size_pretty({_SIZE.format(c="rel")}) AS size_pretty
@@ -668,7 +671,8 @@ async def describe_table(
     known_token: str = "",
 ) -> asyncpg.Record:
     """The DESCRIBE_TABLE row: `doc` (the answer without its row estimate and size), or NULL
-    when `known_token` is still the current token (see SnapshotCache); then `token`,
+    when `known_token` is still the current token (see SnapshotCache); `definition_held`,
+    true for a view whose definition was not read (see DESCRIBE_TABLE); then `token`,
     `estimated_row_count` and `size_pretty`, always read afresh."""
     row = await conn.fetchrow(
         DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_token
