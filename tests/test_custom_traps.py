@@ -291,6 +291,38 @@ async def test_a_function_whose_own_path_names_an_open_schema_stops_the_start(
     assert await _stats_reset(planted) == before, "a planted object ran"
 
 
+async def test_a_function_with_arguments_of_an_open_schema_is_refused(
+    planted: str, tmp_path: Path
+) -> None:
+    """Custom SQL is qualified with the schemas its names resolve to, but a qualified call of
+    a function with arguments is still resolved again at every call among that schema's
+    overloads: in an open schema (public here) one planted later with a closer match of
+    argument types would run. The file is refused, saying how to close the schema, unless
+    MCP_ALLOW_OPEN_SCHEMA_CODE accepts that risk. (A function without arguments, which only
+    an exact match could replace, is not: count_feelings() above.)"""
+    await execute(
+        planted,
+        "CREATE FUNCTION public.plus_one(bigint) RETURNS bigint IMMUTABLE LANGUAGE sql "
+        "AS 'SELECT $1 + 1'",
+    )
+    tool = "tools:\n  - name: plus\n    type: sql\n    sql: SELECT plus_one(41) AS n\n"
+    try:
+        path = write(tmp_path, tool)
+        settings = Settings.load(
+            database={"dsn": planted}, server={"custom_definitions": str(path)}
+        )
+        with pytest.raises(DefinitionsError) as caught:
+            async with Client(build_server(settings)):
+                pass
+        (problem,) = caught.value.problems
+        assert "it uses function plus_one(bigint), of schema public" in problem
+        assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in problem
+        async with serve(planted, tmp_path, tool, allow_open_schema_code=True) as client:
+            assert records(await call(client, "plus")) == [{"n": 42}]
+    finally:
+        await execute(planted, "DROP FUNCTION public.plus_one(bigint)")
+
+
 async def test_a_body_that_needs_a_schema_left_off_the_path_says_so(
     planted: str, tmp_path: Path
 ) -> None:
