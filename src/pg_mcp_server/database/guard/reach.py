@@ -176,6 +176,8 @@ def run_path(judge: Judge, refs: Refs, relations: Relations) -> RunPath:
     open_here = [nsp for nsp in c.path if nsp in c.open_schemas]
     if not open_here:
         return RunPath(c.path)
+    if judge.custom is not None:
+        return RunPath(tuple(nsp for nsp in c.path if nsp not in open_here))
     scout = _Walk(judge, relations, c.path, scout=set(open_here))
     scout.names(refs, None, c.path)
     scout.names(_driver_lookup(), (DRIVER, 0), c.path)
@@ -287,6 +289,8 @@ class _Walk:
             self.queue.append(obj)
 
     def refuse(self, rule: str, reason: str, chain: tuple[str, ...], suggestion: str) -> None:
+        if self.judge.custom is not None and rule not in self.judge.custom:
+            return
         if self.refusal is None:
             self.refusal = Refusal(rule, reason, chain, suggestion)
 
