@@ -235,3 +235,15 @@ async def test_one_query_or_a_workload_not_both(scratch_dsn: str) -> None:
         )
     for body in (both, neither, budget):
         assert body["error"]["code"] == "PARAMETER_ERROR", body
+
+
+async def test_a_workload_answer_keeps_to_the_answer_budget(hypo: str) -> None:
+    async with connect(hypo, answer_budget_bytes=4096) as client:
+        result = await client.call_tool("analyze_query_indexes", {"queries": WIDE})
+    out = result.structured_content
+    assert out is not None and not result.is_error
+    assert len(result.content[0].text.encode()) <= 4096  # type: ignore[union-attr]
+    shown = len(out["queries"])
+    assert 0 < shown < len(WIDE), out
+    assert f"{len(WIDE) - shown} queries not shown (the answer budget)" in out["note"]
+    assert out["recommendations"], out

@@ -146,7 +146,13 @@ class _Planner:
         """Deallocate the statements a failure left (prepared statements outlive a
         rollback); after the rollback."""
         while self.left:
-            await self.conn.execute(f"DEALLOCATE {self.left.pop()}")
+            name = self.left.pop()
+            await self.conn.execute(_STEP)
+            try:
+                await self.conn.execute(f"DEALLOCATE {name}")
+            except asyncpg.InvalidSQLStatementNameError:
+                await self.conn.execute(_STEP_ROLLBACK)  # gone with its failure already
+            await self.conn.execute(_STEP_RELEASE)
 
     async def create(self, candidate: _Candidate) -> tuple[int, int]:
         row = await self.conn.fetchrow(
