@@ -213,6 +213,55 @@ async def test_a_cancelled_call_leaves_no_hypothetical_index_in_the_pool(hypo: s
     assert await fetch(hypo, INDEXES) == before
 
 
+CANCEL_MEASURING = """SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+WHERE pid = $1 AND state = 'active'
+  AND (query LIKE 'EXPLAIN (FORMAT JSON) EXECUTE%' OR query LIKE '%hypopg_create_index%')"""
+
+
+async def test_a_failed_call_resets_its_session_and_keeps_it(hypo: str) -> None:
+    """A statement of the advice cancelled from outside while it measures candidates (as a
+    statement timeout would end it): the call fails, and its session, rolled back to the
+    savepoint and reset, goes back to the pool with no hypothetical index."""
+    query = "SELECT id FROM wide WHERE c1 = $1"
+    async with held_client(hypo, pool_size=1) as client:
+        plain = await call(client, "explain_query", sql=query, params=[1])
+        session = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
+        (pid,) = session["rows"][0]
+
+        async def measuring() -> bool:
+            rows = await fetch(
+                hypo,
+                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 "
+                "AND query LIKE '%hypopg_create_index%'",
+                pid,
+            )
+            return bool(rows)
+
+        async def cancel_until_it_fails() -> None:
+            await eventually(measuring, what="the advice measuring candidates")
+            # A cancel that reaches the session between two statements is lost: again
+            # until the call has failed, each sent only while a measuring statement runs
+            # (never into the clean-up, whose cancel would close the session instead).
+            while not failed.done():
+                await fetch(hypo, CANCEL_MEASURING, pid)
+                await asyncio.sleep(0.02)
+
+        failed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        canceller = asyncio.create_task(cancel_until_it_fails())
+        try:
+            failed.set_result(await call_error(client, "analyze_query_indexes", queries=WIDE))
+        finally:
+            if not failed.done():
+                failed.cancel()
+            await canceller
+        again = await call(client, "explain_query", sql=query, params=[1])
+        after = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
+    assert failed.result()["error"]["code"] == "QUERY_TIMEOUT", failed.result()
+    assert after["rows"] == [[pid]]  # the same session: reset, not closed
+    assert again["estimated_cost"] == plain["estimated_cost"]
+    assert "Index" not in again["plan"], again["plan"]
+
+
 async def test_a_workload_without_hypopg_gets_the_fix(scratch_dsn: str) -> None:
     await execute(scratch_dsn, "CREATE TABLE IF NOT EXISTS t (id int, v int)")
     async with connect(scratch_dsn) as client:

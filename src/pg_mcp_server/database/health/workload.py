@@ -188,13 +188,12 @@ class _Planner:
             else:
                 todo.append((query, key))
         if todo:
+            # (after a failure the transaction is aborted: the caller resets every index)
             oid = (await self.create(trying))[0] if trying is not None else None
-            try:
-                for query, key in todo:
-                    out[query.number] = self.memo[key] = await self.cost(query)
-            finally:
-                if oid is not None:
-                    await self.drop(oid)
+            for query, key in todo:
+                out[query.number] = self.memo[key] = await self.cost(query)
+            if oid is not None:
+                await self.drop(oid)
         return out
 
 
@@ -395,6 +394,8 @@ async def _greedy(
         try:
             oid, candidate.size = await planner.create(candidate)
             await planner.drop(oid)
+        except asyncpg.QueryCanceledError:
+            raise  # the statement timeout or a cancel: the call fails, not the candidate
         except asyncpg.PostgresError:
             await planner.conn.execute(_STEP_ROLLBACK)
             await planner.conn.execute(_STEP_RELEASE)
