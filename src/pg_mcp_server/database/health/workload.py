@@ -261,13 +261,13 @@ async def _workload(
             await conn.execute(_STEP_RELEASE)
         taken = 0
         for r in rows:
+            if taken == top:
+                break
             tree = sqltree.parse(r["query"])
             stmts = (tree or {}).get("stmts", [])
             if len(stmts) != 1 or "SelectStmt" not in stmts[0].get("stmt", {}):
                 skipped += 1
                 continue
-            if taken == top:
-                break
             taken += 1
             number = len(workload) + 1
             queryid = str(r["queryid"]) if r["queryid"] is not None else None
