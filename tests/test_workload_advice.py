@@ -30,7 +30,9 @@ CREATE TABLE wide AS
 SELECT g AS id, g % 1000 AS c1, g % 1001 AS c2, g % 1002 AS c3, g % 1003 AS c4,
        g % 1004 AS c5, g % 1005 AS c6, g % 1006 AS c7, g % 1008 AS c8
 FROM generate_series(1, 100000) g;
-ANALYZE orders, wide;
+CREATE TABLE users (id int PRIMARY KEY, password_hash text);
+INSERT INTO users SELECT g, md5(g::text) FROM generate_series(1, 10000) g;
+ANALYZE orders, wide, users;
 """
 INDEXES = "SELECT indexrelid::regclass::text AS name FROM pg_index ORDER BY 1"
 BY_CUSTOMER = "SELECT id FROM orders WHERE customer = $1"
@@ -130,6 +132,20 @@ async def test_a_refused_statement_is_reported_not_planned(hypo: str) -> None:
     assert picked(advice) == [["customer"]]  # never product: the DELETE was not planned
     assert await fetch(hypo, INDEXES) == before
     assert (await fetch(hypo, "SELECT count(*) FROM orders"))[0][0] == 300000
+
+
+async def test_a_statement_whose_plan_would_tell_a_sensitive_value_is_refused(
+    hypo: str,
+) -> None:
+    """As explain_query refuses it (rows/redaction.py): plan costs are an oracle too."""
+    sensitive = "SELECT id FROM users WHERE password_hash LIKE 'a%'"
+    async with connect(hypo) as client:
+        explained = await call_error(client, "explain_query", sql=sensitive)
+        advice = await call(client, "analyze_query_indexes", queries=[BY_CUSTOMER, sensitive])
+    refused = advice["queries"][1]
+    assert refused["refused"]["code"] == explained["error"]["code"], refused
+    assert refused["refused"]["message"] == explained["error"]["message"]
+    assert picked(advice) == [["customer"]]
 
 
 async def test_top_queries_are_planned_generic_and_weighted_by_calls(hypo: str) -> None:
