@@ -14,11 +14,14 @@ from typing import Any
 
 import anyio
 import asyncpg
+import pytest
 import pytest_asyncio
 from eventually import eventually
 from mcpclient import call, call_error, connect, execute, fetch, held_client
 from pgbed import PG15_BINDIR
 from pgcluster import LocalCluster
+
+from pg_mcp_server.database.health import workload
 
 SETUP = """
 CREATE EXTENSION hypopg;
@@ -260,9 +263,13 @@ async def test_a_failed_call_resets_its_session_and_keeps_it(hypo: str) -> None:
             # A cancel that reaches the session between two statements is lost: again
             # until the call has failed, each sent only while a measuring statement runs
             # (never into the clean-up, whose cancel would close the session instead).
-            while not failed.done():
-                await fetch(hypo, CANCEL_MEASURING, pid)
-                await asyncio.sleep(0.02)
+            watcher = await asyncpg.connect(hypo)
+            try:
+                while not failed.done():
+                    await watcher.fetch(CANCEL_MEASURING, pid)
+                    await asyncio.sleep(0.001)
+            finally:
+                await watcher.close()
 
         failed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         canceller = asyncio.create_task(cancel_until_it_fails())
@@ -278,6 +285,17 @@ async def test_a_failed_call_resets_its_session_and_keeps_it(hypo: str) -> None:
     assert after["rows"] == [[pid]]  # the same session: reset, not closed
     assert again["estimated_cost"] == plain["estimated_cost"]
     assert "Index" not in again["plan"], again["plan"]
+
+
+async def test_a_big_search_stops_at_its_plan_limit_and_says_so(
+    hypo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WIDE's 16 statements all name one table: each candidate plans them all again."""
+    monkeypatch.setattr(workload, "MAX_PLANS", 60)
+    async with connect(hypo) as client:
+        advice = await call(client, "analyze_query_indexes", queries=WIDE)
+    assert advice["note"] == "search stopped after 60 plans: more indexes may help"
+    assert len(advice["recommendations"]) == 1, advice
 
 
 async def test_a_workload_without_hypopg_gets_the_fix(scratch_dsn: str) -> None:

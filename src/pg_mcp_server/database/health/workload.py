@@ -57,6 +57,9 @@ from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError
 
 MAX_QUERIES = 20  # the caller's, and as many of pg_stat_statements
 MAX_CANDIDATES = 24
+# Plans one call may ask for (each three round trips, ~1 ms on a small statement): the
+# greedy search stops there, and says so, rather than run for minutes on a big workload.
+MAX_PLANS = 3000
 MIN_GAIN = 0.01  # of the workload's cost without new indexes: less is not worth an index
 QUERY_CHARS = 20_000  # longer pg_stat_statements texts are left out
 SHOWN_CHARS = 200  # of a pg_stat_statements text in the answer
@@ -141,6 +144,10 @@ class _Planner:
         del prepared
         document = json.loads(plan) if isinstance(plan, str) else plan
         return float(document[0]["Plan"]["Total Cost"])
+
+    @property
+    def spent(self) -> bool:
+        return self.made >= MAX_PLANS
 
     async def tidy(self) -> None:
         """Deallocate the statements a failure left (prepared statements outlive a
@@ -342,6 +349,8 @@ async def advise_workload(
     notes = []
     if skipped:
         notes.append(f"{skipped} of pg_stat_statements' costliest skipped: not one SELECT")
+    if planner.spent:
+        notes.append(f"search stopped after {MAX_PLANS} plans: more indexes may help")
     return {
         "cost": round(_total(planned, before), 2),
         "cost_after": round(_total(planned, costs), 2),
@@ -410,9 +419,11 @@ async def _greedy(
     chosen: list[_Candidate] = []
     improved: list[list[tuple[_Query, float, float]]] = []
     remaining = list(usable)
-    while remaining and floor > 0:
+    while remaining and floor > 0 and not planner.spent:
         best: tuple[float, float, _Candidate, dict[int, float]] | None = None
         for candidate in remaining:
+            if planner.spent:
+                break  # this round's best so far still counts
             if left is not None and candidate.size > left:
                 continue
             costs = await planner.costs(planned, chosen, candidate)
