@@ -9,7 +9,8 @@ their constants replaced by $n) and planned with `EXPLAIN EXECUTE name(NULL, ...
 `plan_cache_mode = force_generic_plan`, so the plan is the generic one, which no value shapes
 (NULL included); then deallocated. A hypothetical index does not invalidate a cached plan,
 so each measurement prepares the statement anew. The whole call is one read-only
-transaction; the statements and their settings go with its rollback.
+transaction: the setting goes with its rollback; the prepared statements, which outlive it,
+are deallocated after each use (after a failure, once rolled back).
 
 Candidates come from every planned statement's parse tree (advice.candidates, per statement),
 merged; each is created once as a hypothetical index to learn its estimated size (those HypoPG
@@ -19,7 +20,8 @@ caller's); each round adds the candidate, among those that fit in what is left o
 budget and lower the workload's cost by at least MIN_GAIN of its cost without any new index,
 that lowers it the most per byte of index; it stops when none does. A statement is planned
 again only when an index on a table it names changed since (memo), or always when it names a
-view or anything but a table, whose plan any index may change.
+view or anything but a table, whose plan any index may change; after MAX_PLANS plans the
+search stops with what it has picked, and says so.
 
 Hypothetical indexes live in the backend, outside transactions: after the work, and after a
 failure (under a savepoint rolled back first), `hypopg_reset()`; a session where that cannot
