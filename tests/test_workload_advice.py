@@ -189,54 +189,71 @@ WIDE = [
 ]
 
 
+# A statement of WIDE's greedy search, run while a hypothetical index exists in the session:
+# a plan (EXPLAIN EXECUTE, then DEALLOCATE) past the 16 plans of its statements without one
+# (the advice names its plans in order).
+MEASURING = """query ~ '"pg_mcp_advice_(1[7-9]|[2-9][0-9]|[0-9]{3,})"'"""
+SEEN_MEASURING = f"""SELECT pid FROM pg_stat_activity
+WHERE application_name = 'pg-mcp-server' AND {MEASURING}"""
+# Sent only while such a statement runs: a cancel that reaches the session between two
+# statements is lost, and one that reached the clean-up would close the session instead.
+CANCEL_MEASURING = f"""SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+WHERE pid = $1 AND state = 'active' AND {MEASURING}"""
+
+
+async def seen_measuring(watcher: asyncpg.Connection) -> int:
+    """The pid of the server's session once it is seen measuring with a hypothetical index
+    (pg_stat_activity shows a session's last statement, also between statements)."""
+
+    async def measuring() -> int:
+        pid = await watcher.fetchval(SEEN_MEASURING)
+        return int(pid or 0)
+
+    return await eventually(measuring, what="the advice measuring candidates", interval=0.001)
+
+
 async def test_a_cancelled_call_leaves_no_hypothetical_index_in_the_pool(hypo: str) -> None:
-    """Cancelled while it measures candidates (its backend seen creating a hypothetical
-    index, so some exist in that session): the session is closed, never pooled again."""
+    """Cancelled while it measures candidates, with a hypothetical index in its session:
+    the session is closed, never pooled again."""
     before = await fetch(hypo, INDEXES)
     query = "SELECT id FROM wide WHERE c1 = $1"
+    watcher = await asyncpg.connect(hypo)
+    try:
+        async with held_client(hypo, pool_size=1) as client:
+            plain = await call(client, "explain_query", sql=query, params=[1])
+            pid = None
+            with anyio.CancelScope() as scope:
 
-    async def measuring() -> int | None:
-        rows = await fetch(
-            hypo,
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'pg-mcp-server' "
-            "AND query LIKE '%hypopg_create_index%'",
-        )
-        return rows[0]["pid"] if rows else None
+                async def cancel_when_measuring() -> None:
+                    nonlocal pid
+                    pid = await seen_measuring(watcher)
+                    scope.cancel()
 
-    async with held_client(hypo, pool_size=1) as client:
-        plain = await call(client, "explain_query", sql=query, params=[1])
-        pid = None
-        with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(cancel_when_measuring)
+                    await client.call_tool("analyze_query_indexes", {"queries": WIDE})
+            assert scope.cancelled_caught and pid is not None
 
-            async def cancel_when_measuring() -> None:
-                nonlocal pid
-                pid = await eventually(measuring, what="the advice measuring candidates")
-                scope.cancel()
+            async def gone() -> bool:
+                return await watcher.fetchval(ALIVE, pid) is None
 
-            async with anyio.create_task_group() as tasks:
-                tasks.start_soon(cancel_when_measuring)
-                await client.call_tool("analyze_query_indexes", {"queries": WIDE})
-        assert scope.cancelled_caught and pid is not None
-
-        async def gone() -> bool:
-            rows = await fetch(hypo, "SELECT 1 FROM pg_stat_activity WHERE pid = $1", pid)
-            return not rows
-
-        # Still measuring when cancelled: a finished call returns its session to the pool.
-        await eventually(gone, what="the cancelled call's session closed", seconds=10)
-        # The guard refuses hypopg_list_indexes (it runs the volatile hypopg()): the pooled
-        # session is shown to be another backend, which plans with no hypothetical index.
-        pooled = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
-        again = await call(client, "explain_query", sql=query, params=[1])
+            # Still measuring when cancelled: a finished call returns its session to the
+            # pool, where it stays.
+            await eventually(gone, what="the cancelled call's session closed", seconds=10)
+            # The guard refuses hypopg_list_indexes (it runs the volatile hypopg()): the
+            # pooled session is shown to be another backend, which plans with no
+            # hypothetical index.
+            pooled = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
+            again = await call(client, "explain_query", sql=query, params=[1])
+    finally:
+        await watcher.close()
     assert pooled["rows"] != [[pid]]
     assert again["estimated_cost"] == plain["estimated_cost"]
     assert "Index" not in again["plan"], again["plan"]
     assert await fetch(hypo, INDEXES) == before
 
 
-CANCEL_MEASURING = """SELECT pg_cancel_backend(pid) FROM pg_stat_activity
-WHERE pid = $1 AND state = 'active'
-  AND (query LIKE 'EXPLAIN (FORMAT JSON) EXECUTE%' OR query LIKE '%hypopg_create_index%')"""
+ALIVE = "SELECT 1 FROM pg_stat_activity WHERE pid = $1"
 
 
 async def test_a_failed_call_resets_its_session_and_keeps_it(hypo: str) -> None:
@@ -244,43 +261,31 @@ async def test_a_failed_call_resets_its_session_and_keeps_it(hypo: str) -> None:
     statement timeout would end it): the call fails, and its session, rolled back to the
     savepoint and reset, goes back to the pool with no hypothetical index."""
     query = "SELECT id FROM wide WHERE c1 = $1"
-    async with held_client(hypo, pool_size=1) as client:
-        plain = await call(client, "explain_query", sql=query, params=[1])
-        session = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
-        (pid,) = session["rows"][0]
+    watcher = await asyncpg.connect(hypo)
+    try:
+        async with held_client(hypo, pool_size=1) as client:
+            plain = await call(client, "explain_query", sql=query, params=[1])
+            session = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
+            (pid,) = session["rows"][0]
 
-        async def measuring() -> bool:
-            rows = await fetch(
-                hypo,
-                "SELECT 1 FROM pg_stat_activity WHERE pid = $1 "
-                "AND query LIKE '%hypopg_create_index%'",
-                pid,
-            )
-            return bool(rows)
-
-        async def cancel_until_it_fails() -> None:
-            await eventually(measuring, what="the advice measuring candidates")
-            # A cancel that reaches the session between two statements is lost: again
-            # until the call has failed, each sent only while a measuring statement runs
-            # (never into the clean-up, whose cancel would close the session instead).
-            watcher = await asyncpg.connect(hypo)
-            try:
+            async def cancel_until_it_fails() -> None:
+                assert await seen_measuring(watcher) == pid
                 while not failed.done():
                     await watcher.fetch(CANCEL_MEASURING, pid)
                     await asyncio.sleep(0.001)
-            finally:
-                await watcher.close()
 
-        failed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        canceller = asyncio.create_task(cancel_until_it_fails())
-        try:
-            failed.set_result(await call_error(client, "analyze_query_indexes", queries=WIDE))
-        finally:
-            if not failed.done():
-                failed.cancel()
-            await canceller
-        again = await call(client, "explain_query", sql=query, params=[1])
-        after = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
+            failed: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            canceller = asyncio.create_task(cancel_until_it_fails())
+            try:
+                failed.set_result(await call_error(client, "analyze_query_indexes", queries=WIDE))
+            finally:
+                if not failed.done():
+                    failed.cancel()
+                await canceller
+            again = await call(client, "explain_query", sql=query, params=[1])
+            after = await call(client, "execute_query", sql="SELECT pg_backend_pid() AS pid")
+    finally:
+        await watcher.close()
     assert failed.result()["error"]["code"] == "QUERY_TIMEOUT", failed.result()
     assert after["rows"] == [[pid]]  # the same session: reset, not closed
     assert again["estimated_cost"] == plain["estimated_cost"]
