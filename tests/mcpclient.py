@@ -28,17 +28,20 @@ async def connect(dsn: str, **server: Any) -> AsyncIterator[Client]:
 
 
 @asynccontextmanager
-async def held_client(dsn: str, pool_size: int | None = None) -> AsyncIterator[Client]:
+async def held_client(
+    dsn: str, pool_size: int | None = None, **server: Any
+) -> AsyncIterator[Client]:
     """A client session for a whole module. anyio wants a session entered and left by one
     task, and pytest-asyncio sets a fixture up and tears it down in different tasks, so a
     task of its own holds the session open. `pool_size` (PG_POOL_SIZE while the server reads
-    its settings) of 1 makes every call share one pooled connection."""
+    its settings) of 1 makes every call share one pooled connection; `server`: settings, as
+    for `connect`."""
     ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
     done = asyncio.Event()
 
     async def hold() -> None:
         try:
-            async with connect(dsn) as client:
+            async with connect(dsn, **server) as client:
                 ready.set_result(client)
                 await done.wait()
         except BaseException as exc:

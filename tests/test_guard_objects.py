@@ -472,6 +472,15 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def client(bed: Bed) -> AsyncIterator[Client]:
+    """A server that accepts the risk of code in an open schema (public is open here, and
+    the DBA's trusted objects are in it), so that each rule is seen refusing its attack."""
+    async with held_client(bed.dsn, allow_open_schema_code=True) as held:
+        yield held
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def strict(bed: Bed) -> AsyncIterator[Client]:
+    """A server with the default settings."""
     async with held_client(bed.dsn) as held:
         yield held
 
@@ -500,6 +509,20 @@ def _refused(error: dict[str, Any], culprit: str, rule: str) -> None:
     assert error["context"]["rule"] == rule, error
     assert culprit in error["message"], error
     assert culprit in error["context"]["culprit"], error
+
+
+@pytest.mark.parametrize("attack", [pytest.param(a, id=a.id) for a in ATTACKS])
+async def test_by_default_no_attack_runs(bed: Bed, strict: Client, attack: Attack) -> None:
+    """With the default settings each attack is refused, by its own rule or as code of the
+    open schema (`open_schema_code`), or names what is not found off that schema; nothing
+    changes."""
+    before, xid = await bed.state(), await bed.next_xid()
+    body = await call_error(strict, "execute_query", sql=attack.sql)
+    error = body["error"]
+    assert error["code"] == "WRITE_OPERATION_DENIED" or (
+        error["code"] in ("INVALID_SQL", "TABLE_NOT_FOUND") and "not exist" in error["message"]
+    ), body
+    assert _changes(before, await bed.state(), await bed.burnt_xids(xid)) == []
 
 
 @pytest.mark.parametrize("tool", ["execute_query", "explain_query"])

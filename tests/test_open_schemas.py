@@ -126,8 +126,12 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
 
 
 @asynccontextmanager
-async def server(dsn: str, **database: Any) -> AsyncIterator[Client]:
-    settings = Settings.load(database={"dsn": dsn, **database})
+async def server(dsn: str, *, open_code: bool = False, **database: Any) -> AsyncIterator[Client]:
+    """`open_code`: MCP_ALLOW_OPEN_SCHEMA_CODE (the risk of a trusted name in an open schema
+    accepted)."""
+    settings = Settings.load(
+        database={"dsn": dsn, **database}, server={"allow_open_schema_code": open_code}
+    )
     async with Client(build_server(settings)) as client:
         yield client
 
@@ -320,14 +324,46 @@ async def test_a_type_in_the_open_schema_is_named_with_its_schema(bed: Bed) -> N
             assert await bed.burnt_xids(since) == []
 
 
+async def test_by_default_code_of_an_open_schema_is_refused(bed: Bed) -> None:
+    """Issue 19's last race: a statement that uses a trusted function or operator of public
+    (open here) by an unqualified name would keep public on its path, and one that names it
+    with its schema has PostgreSQL look there, so an overload planted in public with a closer
+    match of argument types between the check and the parse would run. By default such a
+    statement is refused before anything runs, saying how to close the schema, whether or
+    not a plant is there; what uses nothing of public runs, without it on its path."""
+    refused = (
+        "SELECT trusted_double(21) AS v",  # unqualified, a body resolved when it runs
+        "SELECT trusted_triple(21) AS v",  # unqualified, BEGIN ATOMIC
+        "SELECT public.trusted_double(21) AS v FROM app.items WHERE code = 'x'",
+        "SELECT public.trusted_triple(21) AS v",
+        # Nothing of that name there yet: one could be planted in the window.
+        "SELECT 'a'::varchar OPERATOR(public.=) 'a'::varchar AS v",
+    )
+    async with server(bed.reader) as client:
+        since = await bed.next_xid()
+        for sql in refused:
+            body = await call_error(client, "execute_query", sql=sql)
+            assert body["error"]["context"]["rule"] == "open_schema_code", body
+            assert "of schema public" in body["error"]["message"], body
+            assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in body["error"]["suggestion"]
+        async with planted(bed, PLANT_EQ, DROP_EQ):
+            for sql in refused:
+                body = await call_error(client, "execute_query", sql=sql)
+                assert body["error"]["code"] == "WRITE_OPERATION_DENIED", body
+            out = records(await call(client, "execute_query", sql=QUERY))
+            assert out[0]["code"] == "x" and "public" not in out[0]["path"], out
+        assert await bed.burnt_xids(since) == []
+
+
 async def test_a_trusted_function_in_the_open_schema(bed: Bed) -> None:
-    """A name with a trusted candidate in public keeps public on the statement's path. A
+    """With MCP_ALLOW_OPEN_SCHEMA_CODE (the risk accepted): a name with a trusted candidate
+    in public keeps public on the statement's path. A
     function whose body PostgreSQL resolves when it runs is then refused (an operator planted
     in public between the check and the call would run inside it: F3); qualified, the call
     needs no path and runs; a BEGIN ATOMIC body was resolved when it was made and runs, and a
     plant in public is then judged as before: refused (the race stays open for such
     statements; docs/security.md)."""
-    async with server(bed.reader) as client:
+    async with server(bed.reader, open_code=True) as client:
         body = await call_error(client, "execute_query", sql="SELECT trusted_double(21) AS v")
         assert body["error"]["context"]["rule"] == "open_schema_body", body
         assert "public.trusted_double" in body["error"]["context"]["culprit"], body
@@ -416,7 +452,8 @@ async def test_while_an_open_schema_stays_names_past_it_are_qualified_too(bed: B
     keeps public on its path; a relation name that resolves in a later schema (app.items, on
     the path public, app) must then be written with its schema too, or a view of that name
     planted in public between the check and the parse would be read instead. What the guard
-    hands on to run says so (and what it judged is what runs)."""
+    hands on to run says so (and what it judged is what runs). With the risk accepted
+    (MCP_ALLOW_OPEN_SCHEMA_CODE): refused otherwise."""
     reader = bed.reader.split("://", 1)[1].split("@", 1)[0]
     await execute(
         bed.admin,
@@ -426,7 +463,7 @@ async def test_while_an_open_schema_stays_names_past_it_are_qualified_too(bed: B
     )
     sql = "SELECT trusted_triple(id) AS v, current_setting('search_path') AS path FROM only_here"
     db = Database(Settings.load(database={"dsn": bed.reader, "pool_size": 1}).database)
-    guard = SqlGuard()
+    guard = SqlGuard(allow_open_schema_code=True)
 
     async def check(conn: asyncpg.Connection) -> str:
         return await guard.check(sql, conn)
@@ -436,6 +473,6 @@ async def test_while_an_open_schema_stays_names_past_it_are_qualified_too(bed: B
     finally:
         await db.dispose()
     assert "app.only_here" in ran, ran
-    async with server(bed.reader) as client:
+    async with server(bed.reader, open_code=True) as client:
         rows = records(await call(client, "execute_query", sql=sql))
     assert rows[0]["v"] == 21 and "public" in rows[0]["path"], rows  # public was kept

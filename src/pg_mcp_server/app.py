@@ -58,6 +58,7 @@ class AppContext:
             strict_comments=server.block_keywords_in_comments,
             trusted_roles=tuple(server.trusted_roles),
             allow_foreign_tables=server.allow_foreign_tables,
+            allow_open_schema_code=server.allow_open_schema_code,
         )
 
     @cached_property

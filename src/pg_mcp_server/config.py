@@ -282,6 +282,16 @@ class ServerSettings(BaseSettings):
             "transaction, so a remote view or function there can change state)"
         ),
     )
+    allow_open_schema_code: bool = Field(
+        default=False,
+        description=(
+            "Let queries use functions and operators of a schema where roles that are not "
+            "trusted may create objects (legacy CREATE rights on public): one planted there "
+            "with a closer match of argument types, between the guard's check and the "
+            "statement, would run as the server's role (refused otherwise, saying how to "
+            "close the schema)"
+        ),
+    )
     allow_privileged_role: bool = Field(
         default=False,
         description=(

@@ -137,10 +137,12 @@ class _Checker:
         trusted: list[int],
         path: str,
         left_out: list[str],
+        allow_open_code: bool,
     ) -> None:
         self.defs = defs
         self.conn = conn
         self.trusted = trusted
+        self.allow_open_code = allow_open_code
         self.problems: list[str] = []
         self.where = Where("file", 0, 1)  # the definition being checked (run)
         self.checked = Checked(pl_path=path, left_out=tuple(left_out))
@@ -149,7 +151,9 @@ class _Checker:
     async def statement(self, sql: str, what: str) -> Described:
         """`sql` qualified (kept for running) and described under the restricted path."""
         try:
-            resolved = await resolve(self.conn, sql, self.trusted)
+            resolved = await resolve(
+                self.conn, sql, self.trusted, allow_open_code=self.allow_open_code
+            )
         except Refused as exc:
             raise _Bad(f"{what}: {exc}") from None
         except Invalid as invalid:
@@ -233,10 +237,17 @@ class _Checker:
             )
 
 
-async def check(defs: Definitions, db: Database, trusted: list[str] | None = None) -> Checked:
+async def check(
+    defs: Definitions,
+    db: Database,
+    trusted: list[str] | None = None,
+    *,
+    allow_open_code: bool = False,
+) -> Checked:
     """What PostgreSQL says about each definition's SQL; raises DefinitionsError listing
     every definition it refuses, and the pool's PgMcpError when the database cannot be
-    reached. `trusted`: MCP_TRUSTED_ROLES (see resolve.py)."""
+    reached. `trusted`: MCP_TRUSTED_ROLES; `allow_open_code`: MCP_ALLOW_OPEN_SCHEMA_CODE
+    (see resolve.py)."""
     async with db.session() as conn:
         roles = await trusted_roles(conn, list(trusted or ()))
         path, left_out = await pl_path(conn, roles)
@@ -249,7 +260,7 @@ async def check(defs: Definitions, db: Database, trusted: list[str] | None = Non
                 "SCHEMA public FROM PUBLIC)",
                 ", ".join(left_out),
             )
-        checker = _Checker(defs, conn, roles, path, left_out)
+        checker = _Checker(defs, conn, roles, path, left_out, allow_open_code)
         languages = {r["lanname"] for r in await conn.fetch(LANGUAGES)}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
         available = {r["name"] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()

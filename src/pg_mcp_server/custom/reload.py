@@ -72,7 +72,12 @@ async def load_checked(
     tools left out are not logged (the load that serves them does)."""
     defs, problems = read(path, settings.server, reserved)
     try:
-        checked = await check(defs, db, settings.server.trusted_roles)
+        checked = await check(
+            defs,
+            db,
+            settings.server.trusted_roles,
+            allow_open_code=settings.server.allow_open_schema_code,
+        )
     except DefinitionsError as refused:  # with the file's other problems, in line order
         raise DefinitionsError(_in_order(problems + refused.problems)) from None
     except DatabaseConnectionError as exc:

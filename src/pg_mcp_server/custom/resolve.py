@@ -116,7 +116,9 @@ SELECT k.kind, d.refclassid::pg_catalog.oid AS cls, d.refobjid AS oid,
        ARRAY(SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_namespace n
              WHERE n.nspname = ANY (pg_catalog.string_to_array(
                        pg_catalog.replace(pg_catalog.replace(k.path, '"', ''), ' ', ''), ','))
-               AND {_OPEN_2}) AS open_path
+               AND {_OPEN_2}) AS open_path,
+       {_OPEN_2} AS open_schema,
+       k.no_arguments
 FROM pg_catalog.pg_depend d
 CROSS JOIN LATERAL (
   SELECT 'function' AS kind, p.proname::pg_catalog.text AS name, p.pronamespace AS nsp,
@@ -125,7 +127,8 @@ CROSS JOIN LATERAL (
                  WHERE b.proname = p.proname
                    AND b.pronamespace = 'pg_catalog'::pg_catalog.regnamespace) AS builtin_name,
          (SELECT pg_catalog.substr(c, 13) FROM pg_catalog.unnest(p.proconfig) c
-          WHERE c LIKE 'search\\_path=%') AS path
+          WHERE c LIKE 'search\\_path=%') AS path,
+         p.pronargs = 0 AS no_arguments
   FROM pg_catalog.pg_proc p
   WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND p.oid = d.refobjid
   UNION ALL
@@ -134,7 +137,7 @@ CROSS JOIN LATERAL (
          EXISTS (SELECT FROM pg_catalog.pg_operator b
                  WHERE b.oprname = o.oprname
                    AND b.oprnamespace = 'pg_catalog'::pg_catalog.regnamespace),
-         NULL::pg_catalog.text
+         NULL::pg_catalog.text, false
   FROM pg_catalog.pg_operator o
   WHERE d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
   UNION ALL
@@ -143,7 +146,7 @@ CROSS JOIN LATERAL (
          EXISTS (SELECT FROM pg_catalog.pg_type b
                  WHERE b.typname = t.typname
                    AND b.typnamespace = 'pg_catalog'::pg_catalog.regnamespace),
-         NULL::pg_catalog.text
+         NULL::pg_catalog.text, false
   FROM pg_catalog.pg_type t
   WHERE d.refclassid = 'pg_catalog.pg_type'::pg_catalog.regclass AND t.oid = d.refobjid
   UNION ALL
@@ -152,7 +155,7 @@ CROSS JOIN LATERAL (
          EXISTS (SELECT FROM pg_catalog.pg_class b
                  WHERE b.relname = c.relname
                    AND b.relnamespace = 'pg_catalog'::pg_catalog.regnamespace),
-         NULL::pg_catalog.text
+         NULL::pg_catalog.text, false
   FROM pg_catalog.pg_class c
   WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND c.oid = d.refobjid
 ) k
@@ -182,6 +185,10 @@ class Dependency:
     own: bool  # owned by the server's role
     path: str | None  # a function's own search_path
     open_path: list[str]  # the schemas there that roles not trusted may create in
+    open_schema: bool  # in a schema that roles not trusted may create in
+    # A function without arguments: a call of it by name resolves to it alone (a planted
+    # overload with defaults makes the call ambiguous, one with VARIADIC loses to it).
+    no_arguments: bool
 
     @property
     def shadow(self) -> bool:
@@ -345,12 +352,19 @@ class Resolved:
     unguarded: tuple[str, ...] = ()  # objects used whose owner can change what they run
 
 
-async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Resolved:
+async def resolve(
+    conn: asyncpg.Connection, sql: str, trusted: list[int], *, allow_open_code: bool = False
+) -> Resolved:
     """`sql` qualified as the module says, checked to resolve under the restricted path to
-    what it resolves to on the server's. Runs in a transaction of its own, always rolled
-    back (the probe functions are temporary). Where no temporary function can be made (a
-    standby, a role without TEMP), names are looked up instead (_looked_up). Raises Refused,
-    or the driver's PostgresError when PostgreSQL refuses the statement itself."""
+    what it resolves to on the server's; refused when it uses a function (but one without
+    arguments, which only an exact match can replace) or an operator of a schema that roles
+    not trusted may create in, unless `allow_open_code` (MCP_ALLOW_OPEN_SCHEMA_CODE): its
+    name, qualified, is still looked up there at every call, where an overload planted later
+    with a closer match of argument types would be picked. Runs in a transaction of its own,
+    always rolled back (the probe functions are temporary). Where no temporary function can
+    be made (a standby, a role without TEMP), names are looked up instead (_looked_up).
+    Raises Refused, or the driver's PostgresError when PostgreSQL refuses the statement
+    itself."""
     probing = True
     try:
         await conn.execute("BEGIN READ WRITE")
@@ -381,6 +395,16 @@ async def resolve(conn: asyncpg.Connection, sql: str, trusted: list[int]) -> Res
                     "run inside it, as the server's role; give that function a search_path "
                     "without such schemas (its objects named with their schema), or revoke "
                     "CREATE on them from the roles you do not trust"
+                )
+            code = d.kind == "operator" or (d.kind == "function" and not d.no_arguments)
+            if code and d.open_schema and not d.shadow and not allow_open_code:
+                raise Refused(
+                    f"it uses {d.kind} {d.label}, of schema {d.schema}, where roles that are "
+                    "not trusted may create objects: its name is looked up there at every "
+                    "call, and one planted there with a closer match of argument types would "
+                    "run instead, as the server's role; revoke CREATE on that schema from the "
+                    f"roles you do not trust (REVOKE CREATE ON SCHEMA {d.schema} FROM PUBLIC), "
+                    "or accept the risk with MCP_ALLOW_OPEN_SCHEMA_CODE=true"
                 )
         chosen = _choose(before, sql)
         text, pinned = _rewritten(sql, chosen)

@@ -254,10 +254,15 @@ class SqlGuard:
     strict_comments: bool = True
     trusted_roles: tuple[str, ...] = ()
     allow_foreign_tables: bool = False
+    allow_open_schema_code: bool = False
     state: GuardState = field(init=False)
 
     def __post_init__(self) -> None:
-        self.state = GuardState(tuple(self.trusted_roles), self.allow_foreign_tables)
+        self.state = GuardState(
+            tuple(self.trusted_roles),
+            self.allow_foreign_tables,
+            allow_open_schema_code=self.allow_open_schema_code,
+        )
 
     def prelude(self, sql: str) -> Prelude | None:
         """The locks `check` will take for `sql`, when a verified plan says which, to send with

@@ -77,6 +77,19 @@ class Lookups:
 
 
 @dataclass
+class RunPath:
+    """The path a statement runs on, and what makes it (see `run_path`)."""
+
+    path: tuple[int, ...]
+    qualify: dict[tuple[str, str], int] = field(default_factory=dict)
+    kept: dict[int, set[str]] = field(default_factory=dict)
+    # Relation and type names looked up on the session's whole path, open schemas included:
+    # watched by the per-call check, so that a name found nowhere yet is read once it is in
+    # one (and then qualified with it) though the statement's path leaves that schema out.
+    watch: Lookups = field(default_factory=Lookups)
+
+
+@dataclass
 class Plan:
     """What one statement reaches under the current `Catalog` and `Relations`."""
 
@@ -114,8 +127,11 @@ class Plan:
 def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
     """What a statement reaches under `judge`'s catalog and `relations`, and its verdict,
     on the search path it is to run under (see `run_path`)."""
-    path, qualified = run_path(judge, refs, relations)
+    run = run_path(judge, refs, relations)
+    path, qualified = run.path, run.qualify
     walk = _Walk(judge, relations, path)
+    if run.kept and not judge.allow_open_schema_code:
+        walk.refuse_kept(run.kept)
     schemas = {key: judge.catalog.schemas[nsp] for key, nsp in qualified.items()}
 
     def named(kind: str, names: frozenset[tuple[str | None, str]]) -> frozenset[Name]:
@@ -133,6 +149,8 @@ def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
     for kind, name in qualified:
         found = walk.lookups.relations if kind == RELATION else walk.lookups.types
         found.update((nsp, name) for nsp in judge.catalog.path)
+    walk.lookups.relations |= run.watch.relations
+    walk.lookups.types |= run.watch.types
     walk.names(_driver_lookup(), (DRIVER, 0), path)
     walk.run()
     made = walk.finish()
@@ -140,14 +158,15 @@ def plan(judge: Judge, refs: Refs, relations: Relations) -> Plan:
     return made
 
 
-def run_path(
-    judge: Judge, refs: Refs, relations: Relations
-) -> tuple[tuple[int, ...], dict[tuple[str, str], int]]:
+def run_path(judge: Judge, refs: Refs, relations: Relations) -> RunPath:
     """The session's search path without the open schemas (where a role that is not trusted
     may create objects, see Catalog.open_schemas) in which none of the statement's names
-    has a candidate a trusted role owns; and the statement's relation and type names to
+    has a candidate a trusted role owns; the statement's relation and type names to
     qualify with the open schema they resolve to ((kind, name) -> schema), so that it need
-    not stay on the path for them.
+    not stay on the path for them; and the names that keep an open schema on it (schema ->
+    names), which the statement is refused for unless MCP_ALLOW_OPEN_SCHEMA_CODE (then they
+    stay: a closer overload planted there between the check and the parse could be picked).
+    A name that resolves nowhere yet keeps no schema then: it is not found in one left off.
     An object planted in a schema left off, after the check, between it and PostgreSQL's
     parse, is then never found: the statement runs on this path (freshness.py sets it in its
     transaction), and the walk that judges it uses it too. A first walk on the whole path
@@ -156,11 +175,13 @@ def run_path(
     c = judge.catalog
     open_here = [nsp for nsp in c.path if nsp in c.open_schemas]
     if not open_here:
-        return c.path, {}
+        return RunPath(c.path)
     scout = _Walk(judge, relations, c.path, scout=set(open_here))
     scout.names(refs, None, c.path)
     scout.names(_driver_lookup(), (DRIVER, 0), c.path)
     scout.run()
+    if not judge.allow_open_schema_code:
+        scout.kept = set(scout.kept_for)
     drop = set(open_here) - scout.kept
     qualify = {key: nsp for key, nsp in scout.qualify.items() if nsp in drop}
     if scout.kept:
@@ -168,7 +189,9 @@ def run_path(
         # schema is written with it too, or one planted in the open schema between the check
         # and the parse would be read instead (attack3 F17).
         qualify.update(scout.resolved)
-    return tuple(nsp for nsp in c.path if nsp not in drop), qualify
+    return RunPath(
+        tuple(nsp for nsp in c.path if nsp not in drop), qualify, scout.kept_for, scout.lookups
+    )
 
 
 def clean(judge: Judge) -> frozenset[Obj]:
@@ -236,6 +259,7 @@ class _Walk:
         # trusted candidate (kept on the path). It judges nothing and follows trusted code only.
         self.scout = scout
         self.kept: set[int] = set()
+        self.kept_for: dict[int, set[str]] = {}  # ... and by which names (resolved ones)
         # The statement's relation and type names found first in an open schema: qualified
         # with it rather than keeping it (see run_path).
         self.qualify: dict[tuple[str, str], int] = {}
@@ -290,10 +314,13 @@ class _Walk:
         seen: set[tuple[int, ...]] = set()
         for nsp in self.schemas(schema, path):
             self.lookups.functions.add((nsp, name))
+            if by_name:
+                self.open_lookup(nsp, f"function {name}")
             here = [f for f in self.c.functions_named.get(name, ()) if f.schema == nsp]
             for f in here:
                 if f.arguments not in seen and f.accepts(nargs):
-                    self.candidate(schema, nsp, by_name and self.judge._trusted(f))
+                    trusted = by_name and self.judge._trusted(f)
+                    self.candidate(schema, nsp, trusted, f"function {name}")
                     yield f
             seen.update(f.arguments for f in here)
 
@@ -304,6 +331,7 @@ class _Walk:
         seen: set[tuple[int, int]] = set()
         for nsp in self.schemas(schema, path):
             self.lookups.operators.add((nsp, name))
+            self.open_lookup(nsp, f"operator {name}")
             here = [
                 o
                 for o in self.c.operators_named.get(name, ())
@@ -311,7 +339,8 @@ class _Walk:
             ]
             for o in here:
                 if (o.left, o.right) not in seen:
-                    self.candidate(schema, nsp, self.judge.trusts(o.owner, o.oid))
+                    trusted = self.judge.trusts(o.owner, o.oid)
+                    self.candidate(schema, nsp, trusted, f"operator {name}")
                     yield o
             seen.update((o.left, o.right) for o in here)
 
@@ -332,7 +361,8 @@ class _Walk:
                 if qualifiable and schema is None and self.scout and nsp in self.scout:
                     self.qualify[(TYPE, name)] = nsp
                 else:
-                    self.candidate(schema, nsp, self.judge.trusts(typ.owner, typ.oid))
+                    trusted = self.judge.trusts(typ.owner, typ.oid)
+                    self.candidate(schema, nsp, trusted, f"type {name}")
                 yield typ.oid
                 return
         yield from (-oid for oid in self.relation_names(schema, path, name))
@@ -359,7 +389,7 @@ class _Walk:
             self.lookups.relations.add(key)
             if key not in self.relations.named:
                 self.unresolved = True
-                self.candidate(schema, nsp, True)  # kept until the check resolves it
+                self.candidate(schema, nsp, True, None)  # kept until the check resolves it
                 continue
             found = self.relations.named[key]
             if found:
@@ -373,15 +403,51 @@ class _Walk:
                         schema,
                         nsp,
                         named or any(r is None or self.judge.trusts(r.owner, r.oid) for r in rels),
+                        # A WITH name (unqualifiable) may be the statement's own CTE, not
+                        # this relation: left off the path, it is at worst not found.
+                        f"relation {name}" if qualifiable or not named else None,
                     )
                 yield from found
                 return
 
-    def candidate(self, schema: str | None, nsp: int, trusted: bool) -> None:
-        """A candidate for a name, found in schema `nsp` of the path (`schema` None) or named
-        with its schema: see `run_path`."""
+    def candidate(self, schema: str | None, nsp: int, trusted: bool, name: str | None) -> None:
+        """A candidate for `name` (None: one not resolved yet), found in schema `nsp` of the
+        path (`schema` None) or named with its schema: see `run_path`."""
         if trusted and schema is None and self.scout is not None and nsp in self.scout:
             self.kept.add(nsp)
+            if name is not None:
+                self.kept_for.setdefault(nsp, set()).add(name)
+
+    def open_lookup(self, nsp: int, name: str) -> None:
+        """A function or operator name looked up in an open schema when the statement runs:
+        named with that schema, or by a body on its function's own search_path (the
+        statement's path keeps none, see run_path). Any overload planted there between the
+        check and the call with a closer match of argument types would be picked, so unless
+        MCP_ALLOW_OPEN_SCHEMA_CODE it is refused. run_path's first walk judges nothing."""
+        if self.scout is not None or self.judge.allow_open_schema_code:
+            return
+        if nsp in self.c.open_schemas and self.record is None:
+            self.refuse_open({nsp: {name}}, "names")
+
+    def refuse_kept(self, kept: dict[int, set[str]]) -> None:
+        """Refuse a statement whose names keep an open schema on its path (see run_path)."""
+        self.refuse_open(kept, "uses, by an unqualified name,")
+
+    def refuse_open(self, names: dict[int, set[str]], how: str) -> None:
+        nsp = min(names)
+        schema = self.c.schemas.get(nsp, "?")
+        roles = ", ".join(self.c.open_schemas.get(nsp, ())[:3])
+        self.refuse(
+            "open_schema_code",
+            f"{how} {', '.join(sorted(names[nsp]))} of schema {schema}, where roles that are "
+            f"not trusted may create objects ({roles}): a function or operator planted there "
+            "with a closer match of argument types, between this check and the statement, "
+            "would run instead, as the server's role",
+            ("statement",),
+            f"Revoke CREATE on that schema from the roles you do not trust (REVOKE CREATE ON "
+            f"SCHEMA {schema} FROM PUBLIC: the default since PostgreSQL 15), trust them "
+            "(MCP_TRUSTED_ROLES), or accept the risk with MCP_ALLOW_OPEN_SCHEMA_CODE=true.",
+        )
 
     def names(self, refs: Refs, parent: Obj | None, path: tuple[int, ...]) -> None:
         """Every object the names in `refs` may resolve to, reached from `parent` (None: the
@@ -679,8 +745,8 @@ class _Walk:
         body = self.judge.body(f)
         if isinstance(body, Refs):  # its naming calls are refused by their own verdict
             path = self.judge.function_path(f, self.path)
+            self.body_path(body, path, obj)  # (its refusal says more than the names')
             self.names(body, obj, path)
-            self.body_path(body, path, obj)
         for g in (f.support, *f.aggregate):
             self.add((FUNCTION, g), obj)
         self.add((OPERATOR, f.sort_operator), obj)

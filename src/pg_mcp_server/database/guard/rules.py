@@ -170,6 +170,7 @@ class Judge:
 
     catalog: Catalog
     allow_foreign_tables: bool = False
+    allow_open_schema_code: bool = False  # see reach.run_path
     _bodies: dict[int, Refs | str] = field(default_factory=dict)
     _trees: dict[tuple[str, int], TreeRefs] = field(default_factory=dict)
     _verdicts: dict[int, tuple[str, str] | None] = field(default_factory=dict)

@@ -275,6 +275,7 @@ class GuardState:
 
     trusted_roles: tuple[str, ...] = ()
     allow_foreign_tables: bool = False
+    allow_open_schema_code: bool = False
     judge: Judge = field(default_factory=lambda: Judge(Catalog()))
     relations: Relations = field(default_factory=Relations)
     _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
@@ -495,7 +496,11 @@ class GuardState:
         self._generation += 1
         catalog = await Catalog.read(conn, self.trusted_roles, self._generation)
         if catalog.generation > self.judge.catalog.generation:  # keep the newest
-            judge = Judge(catalog, allow_foreign_tables=self.allow_foreign_tables)
+            judge = Judge(
+                catalog,
+                allow_foreign_tables=self.allow_foreign_tables,
+                allow_open_schema_code=self.allow_open_schema_code,
+            )
             # Which built-ins are clean depends only on the built-ins and on the user rows of
             # the small catalogs (an operator family a superuser extended): reuse it.
             if self.judge.catalog.loaded and catalog.small == self.judge.catalog.small:
