@@ -26,6 +26,11 @@ search stops with what it has picked, and says so.
 Hypothetical indexes live in the backend, outside transactions: after the work, and after a
 failure (under a savepoint rolled back first), `hypopg_reset()`; a session where that cannot
 be confirmed (a cancelled call, a failed reset) is terminated, so the pool never gets it back.
+
+Its size (~460 lines): reading the workload, judging each statement, the planner and the
+greedy search share one transaction's state (the planner's memo and prepared statements, the
+savepoints, the guard's record of what is locked) and one clean-up; split, each part would
+take all of it as arguments.
 """
 
 from __future__ import annotations
