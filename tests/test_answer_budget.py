@@ -31,6 +31,7 @@ from mcpclient import (
 from pgbed import PgServer
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.database.catalog.pages import RESERVE
 
 BUDGET = Settings.load(database={"dsn": "postgresql://x@localhost/x"}).server.answer_budget_bytes
 DATASETS = ("pagila", "chinook", "northwind", "adventureworks")
@@ -398,6 +399,23 @@ async def test_describe_table_pages_300_columns_and_cuts_long_texts(hard_dsn: st
     assert columns[1]["default_value"] == default[:500] + f"...[cut: {len(default)} chars]"
     (check,) = [k for k in first["constraints"] if k["name"] == "long_check"]
     assert check["definition"].endswith(" chars]") and len(check["definition"]) < 600
+    # Every page between the first and the last holds as many columns as fit: the next one
+    # would not have (the columns' bytes, the commas between them and RESERVE kept free).
+    # (20,000 bytes: about 50 columns a page, more than the 32 `fit` sizes in one encoding)
+    async with connect(hard_dsn, answer_budget_bytes=20000) as client:
+        columns, answers = await walk(client, "describe_table", "columns", table_name="wide300")
+    assert len(answers) > 3
+    room = 20000 - RESERVE
+    shown = len(answers[0]["columns"])
+    for page in answers[1:-1]:
+        core = {k: page[k] for k in ("table_name", "schema_name", "columns")}
+        core_bytes = len(json.dumps(core, separators=(",", ":"), ensure_ascii=False).encode())
+        following = columns[shown + len(page["columns"])]
+        following_bytes = len(
+            json.dumps(following, separators=(",", ":"), ensure_ascii=False).encode()
+        )
+        assert core_bytes + 1 <= room < core_bytes + following_bytes + 2, (shown, core_bytes)
+        shown += len(page["columns"])
 
 
 async def test_search_tables_pages_many_matches(hard_dsn: str) -> None:

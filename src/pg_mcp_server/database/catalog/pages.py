@@ -33,6 +33,9 @@ from pg_mcp_server.errors import ParameterError
 RESERVE = 700
 # Longer than any cursor we make (about 150 characters): not worth decoding.
 MAX_CURSOR = 1000
+# Items sized in one encoding by `fit`: a describe_table's columns mostly, and never more than
+# one chunk encoded past the budget.
+_CHUNK = 32
 
 _START_OVER = "or call without cursor to start from the first page"
 
@@ -112,11 +115,22 @@ def fit(base: dict[str, Any], items: Sequence[Any], budget: int) -> int:
     on."""
     left = budget - size(base) - RESERVE
     count = 0
-    for item in items:
-        left -= size(item) + 1
-        if left < 0:
-            break
-        count += 1
+    # Each item takes its bytes and a comma; a list of them encodes to that sum plus one (two
+    # brackets, one comma fewer). Sized a chunk at a time, item by item only in the chunk that
+    # does not fit: one encoding per item cost 0.04-0.09 ms of a describe_table call.
+    for start in range(0, len(items), _CHUNK):
+        chunk = items[start : start + _CHUNK]
+        whole = size(list(chunk)) - 1
+        if whole <= left:
+            left -= whole
+            count += len(chunk)
+            continue
+        for item in chunk:
+            left -= size(item) + 1
+            if left < 0:
+                break
+            count += 1
+        break
     return max(count, 1) if items else 0
 
 
