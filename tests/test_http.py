@@ -529,3 +529,33 @@ async def test_a_held_result_is_read_only_by_its_callers_token(secured: Running)
         theirs = json.loads((await second.read_resource("pg://queries/recent")).contents[0].text)  # type: ignore[union-attr]
     assert [q["sql"] for q in mine["queries"]][:1] == [sql]
     assert sql not in [q["sql"] for q in theirs["queries"]]
+
+
+async def test_one_tokens_results_do_not_evict_anothers(demo_dsn: str) -> None:
+    """attack4 F-G: a token that runs more paged queries than the store holds evicts its own
+    least recently read results, not another token's (each keeps a fair share)."""
+
+    def sql(n: int) -> str:
+        return f"SELECT g, repeat('x', 400) AS filler FROM generate_series(1, {1000 + n}) g"
+
+    def client_with(token: str) -> Any:
+        return httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    tokens = f"other-token, {TOKEN}"
+    with serve(demo_dsn, MCP_AUTH_TOKENS=tokens, MCP_RESULT_STORE_COUNT="3") as running:
+        async with (
+            client_with(TOKEN) as first_http,
+            client_with("other-token") as second_http,
+            Client(streamable_http_client(running.mcp, http_client=first_http)) as first,
+            Client(streamable_http_client(running.mcp, http_client=second_http)) as second,
+        ):
+            out = await call(first, "execute_query", sql=sql(0))
+            theirs = [
+                (await call(second, "execute_query", sql=sql(n)))["next_cursor"]
+                for n in range(1, 7)
+            ]
+            page = await call(first, "execute_query", cursor=out["next_cursor"])
+            assert page["rows"][0][0] == out["row_count"] + 1
+            body = await call_error(second, "execute_query", cursor=theirs[0])
+            assert body["error"]["code"] == "RESULT_EXPIRED", body
+            assert (await call(second, "execute_query", cursor=theirs[-1]))["rows"]

@@ -9,10 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest_asyncio
+from mcp import Client
 from mcpclient import call, call_error, connect, execute, fetch, held_client
 from pgbed import PG15_BINDIR
 from pgcluster import LocalCluster
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.server import build_server
 
 SETUP = """
 CREATE EXTENSION hypopg;
@@ -20,6 +25,7 @@ CREATE TABLE big (id int PRIMARY KEY, customer int NOT NULL, status text NOT NUL
 INSERT INTO big SELECT g, g % 5000, 'new' FROM generate_series(1, 300000) g;
 CREATE TABLE shapes (p point, v int);
 INSERT INTO shapes SELECT point(g, g), g FROM generate_series(1, 10000) g;
+CREATE TABLE hot (id int, customer int);
 CREATE TABLE users (id int PRIMARY KEY, password_hash text);
 INSERT INTO users SELECT g, md5(g::text) FROM generate_series(1, 10000) g;
 ANALYZE big, shapes, users;
@@ -105,6 +111,23 @@ async def test_advice_is_no_oracle_for_a_sensitive_column(hypo: str) -> None:
     assert explained["error"]["context"]["rule"] == "sensitive_column"
     assert advised["error"]["code"] == explained["error"]["code"]
     assert advised["error"]["context"]["rule"] == "sensitive_column"
+
+
+async def test_a_with_query_named_like_a_table_is_not_that_table(hypo: str) -> None:
+    """attack4 F-A: a WITH name is not looked up as a relation. A table of that name, held
+    in ACCESS EXCLUSIVE mode by another session, neither holds the call (a hypothetical index
+    on it would wait for the lock) nor gets an index advised; the WITH query's table does."""
+    query = "WITH hot AS (SELECT id, customer FROM big) SELECT id FROM hot WHERE customer = 42"
+    holder = await asyncpg.connect(hypo)
+    try:
+        async with holder.transaction():
+            await holder.execute("LOCK TABLE public.hot IN ACCESS EXCLUSIVE MODE")
+            settings = Settings.load(database={"dsn": hypo, "statement_timeout": 5000})
+            async with Client(build_server(settings)) as client:
+                advice = await call(client, "analyze_query_indexes", sql=query)
+    finally:
+        await holder.close()
+    assert [r["table"] for r in advice["recommendations"]] == ["public.big"], advice
 
 
 async def test_without_hypopg_the_error_names_the_fix(scratch_dsn: str) -> None:

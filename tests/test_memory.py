@@ -123,3 +123,52 @@ async def test_the_capped_answer_says_so(scratch_dsn: str) -> None:
         # Three rows held, a page each (a row over the answer budget is a page of its own).
         assert out["total_rows"] == 3 and out["row_count"] == 1 and out["has_more"] is True
         assert f"cut after 3 rows at the {CAP}-byte result limit" in out["note"]
+
+
+COMMENT_MB = 50
+# Comments a role may write on its own objects (attack4 F-C: a 200 MB schema comment made
+# list_schemas peak at 900 MB): each listing cuts them in PostgreSQL.
+UNCOMMENTED = """
+CREATE SCHEMA noted;
+CREATE TABLE noted.note (id int PRIMARY KEY, body text);
+"""
+COMMENTED = f"""DO $$BEGIN
+    EXECUTE format('COMMENT ON SCHEMA noted IS %L', repeat('s', {COMMENT_MB} * 1000000));
+    EXECUTE format('COMMENT ON TABLE noted.note IS %L', repeat('t', {COMMENT_MB} * 1000000));
+    EXECUTE format('COMMENT ON COLUMN noted.note.body IS %L', repeat('c', {COMMENT_MB} * 1000000));
+    EXECUTE format('COMMENT ON INDEX noted.note_pkey IS %L', repeat('i', {COMMENT_MB} * 1000000));
+END$$"""
+COMMENT_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("list_schemas", {}),
+    ("list_tables", {"schema_name": "noted"}),
+    ("list_tables", {"schema_name": "noted", "include_columns": True}),
+    ("search_tables", {"query": "note"}),
+    ("describe_table", {"table_name": "note", "schema_name": "noted"}),
+]
+
+
+async def test_big_comments_are_cut_before_the_server_reads_them(scratch_dsn: str) -> None:
+    """Warmed up on the same calls before the comments are made; measured, then each answer
+    holds the comment's start and the cut mark with its whole length."""
+    await execute(scratch_dsn, UNCOMMENTED)
+    async with server(scratch_dsn) as (client, pid):
+        for tool, arguments in COMMENT_CALLS:
+            await call(client, tool, **arguments)
+        await execute(scratch_dsn, COMMENTED)
+        idle = _status(pid, "VmRSS")
+        peaks = {f"{t} {a}": await _peak(client, pid, t, **a) - idle for t, a in COMMENT_CALLS}
+        over = {call: f"{peak / 1e6:.1f} MB" for call, peak in peaks.items() if peak > 4 * CAP}
+        assert not over, over
+        mark = f"...[cut: {COMMENT_MB * 1000000} chars]"
+        schemas = (await call(client, "list_schemas"))["schemas"]
+        noted = next(s for s in schemas if s["name"] == "noted")
+        assert noted["description"] == "s" * 500 + mark
+        tables = await call(client, "list_tables", schema_name="noted", include_columns=True)
+        assert tables["tables"][0]["description"] == "t" * 500 + mark
+        described = await call(client, "describe_table", table_name="note", schema_name="noted")
+        assert described["description"] == "t" * 500 + mark
+        body = next(c for c in described["columns"] if c["name"] == "body")
+        assert body["description"] == "c" * 500 + mark
+        assert described["indexes"][0]["description"] == "i" * 500 + mark
+        found = await call(client, "search_tables", query="note")
+        assert found["matches"][0]["description"] == "t" * 200 + mark

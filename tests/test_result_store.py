@@ -9,6 +9,7 @@ per test.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 import subprocess
@@ -193,6 +194,48 @@ async def test_eviction_by_bytes_takes_the_least_recently_read(
     assert await store.page(ME, whole, 1) == (b"x" * 24, 2)
 
 
+async def holds(store: ResultStore, owner: str, result_id: str) -> bool:
+    try:
+        await store.page(owner, result_id, 0)
+    except ResultExpiredError:
+        return False
+    return True
+
+
+async def test_an_owner_filling_the_store_by_bytes_evicts_its_own(make_store: MakeStore) -> None:
+    """attack4 F-G: another owner's result, least recently read of all, survives one owner's
+    stream of big results; that owner's least recently read go instead."""
+    store = (await make_store(Limits(max_bytes=1024, max_results=100, idle_seconds=60))).store
+    theirs = await store.put(OTHER, [b"o" * 200])
+    mine = [await store.put(ME, [bytes([65 + i]) * 300]) for i in range(10)]
+    assert await holds(store, OTHER, theirs)
+    assert [await holds(store, ME, x) for x in mine[-2:]] == [True, True]
+    assert not await holds(store, ME, mine[0])
+
+
+async def test_an_owner_filling_the_store_by_count_evicts_its_own(make_store: MakeStore) -> None:
+    store = (await make_store(Limits(max_bytes=1 << 20, max_results=3, idle_seconds=60))).store
+    theirs = await store.put(OTHER, [b"o"])
+    mine = [await store.put(ME, [b"m%d" % i]) for i in range(6)]
+    assert await holds(store, OTHER, theirs)
+    assert [await holds(store, ME, x) for x in mine] == [False] * 4 + [True] * 2
+
+
+async def test_the_owner_holding_the_most_gives_way_to_another(make_store: MakeStore) -> None:
+    """A put evicts from the owner that holds the most, the new result counted as its
+    owner's: an owner holding most of the store makes room for another's result, and by
+    count too."""
+    store = (await make_store(Limits(max_bytes=1024, max_results=4, idle_seconds=60))).store
+    mine = [await store.put(ME, [b"m" * 300]) for _ in range(3)]  # 900 of 1,024
+    theirs = await store.put(OTHER, [b"o" * 300])  # ME 900 > OTHER 300: ME's oldest goes
+    assert await holds(store, OTHER, theirs)
+    assert [await holds(store, ME, x) for x in mine] == [False, True, True]
+    small = await store.put(ME, [b"s"])  # 4 results: the count is reached
+    another = await store.put(OTHER, [b"p"])  # ME 3 results > OTHER 2: ME's oldest goes
+    assert await holds(store, OTHER, another) and await holds(store, OTHER, theirs)
+    assert [await holds(store, ME, x) for x in (mine[1], mine[2], small)] == [False, True, True]
+
+
 async def test_a_result_over_the_byte_budget_is_a_bug(make_store: MakeStore) -> None:
     store = (await make_store(Limits(max_bytes=1024, max_results=10, idle_seconds=60))).store
     kept = await store.put(ME, [b"k" * 100])
@@ -235,24 +278,40 @@ async def test_a_result_put_through_one_store_is_paged_through_another(redis_url
 
 async def test_puts_racing_from_two_replicas_keep_the_budget(redis_url: str) -> None:
     """Eviction runs inside Redis, atomically: 60 puts at once from two stores (replicas)
-    leave exactly the budget's results, and the byte count is what their keys hold."""
+    for two owners leave exactly the budget's results, and the byte counts, all and each
+    owner's, are what their keys hold."""
     limits = Limits(max_bytes=10_000, max_results=5, idle_seconds=60)
     first = (await _open_redis(redis_url, limits)).store
     second = await RedisResultStore.open(redis_url, limits)
     raw = redis.asyncio.Redis.from_url(redis_url)
     try:
-        sizes = [100 + 37 * i for i in range(60)]
+        # Any 5 fit the bytes (at most 1,929 each): the count decides how many are kept,
+        # while bytes still evict on the way (4 held and a fifth may pass 10,000).
+        sizes = [100 + 31 * i for i in range(60)]
+        owners = [(ME, OTHER)[i % 3 == 0] for i in range(60)]
         ids = await asyncio.gather(
-            *((first, second)[i % 2].put(ME, [b"p" * n]) for i, n in enumerate(sizes))
+            *((first, second)[i % 2].put(owners[i], [b"p" * n]) for i, n in enumerate(sizes))
         )
         kept = [i for i in ids if await raw.exists(RESULT_PREFIX + i)]
         assert len(kept) == 5
         assert await raw.zcard("pgmcp:results:lru") == 5  # the index lists them, only them
         held_bytes = 0
+        use: dict[str, int] = {}
+        count: dict[str, int] = {}
         for result_id in kept:
             assert await raw.zscore("pgmcp:results:lru", result_id) is not None
-            held_bytes += int(await raw.hget(RESULT_PREFIX + result_id, "s") or 0)
+            size = int(await raw.hget(RESULT_PREFIX + result_id, "s") or 0)
+            held_bytes += size
+            owner = hashlib.sha256(owners[ids.index(result_id)].encode()).hexdigest()
+            assert await raw.hget(RESULT_PREFIX + result_id, "o") == owner.encode()
+            assert await raw.zscore(f"pgmcp:results:lru:{owner}", result_id) is not None
+            use[owner] = use.get(owner, 0) + size
+            count[owner] = count.get(owner, 0) + 1
         assert int(await raw.get("pgmcp:results:bytes") or 0) == held_bytes <= 10_000
+        counted = await raw.hgetall("pgmcp:results:use")
+        assert {k: int(v) for k, v in counted.items()} == {k.encode(): v for k, v in use.items()}
+        for owner, n in count.items():
+            assert await raw.zcard(f"pgmcp:results:lru:{owner}") == n
     finally:
         await raw.aclose()
         await first.close()

@@ -257,7 +257,10 @@ class ServerSettings(BaseSettings):
     result_store_bytes: int = Field(
         default=64 * 1024 * 1024,
         ge=1024,
-        description="Most bytes of paged results held at once (least recently read go first)",
+        description=(
+            "Most bytes of paged results held at once (the least recently read result of the "
+            "owner holding the most goes first)"
+        ),
     )
     result_store_count: int = Field(
         default=200, ge=1, description="Most paged results held at once"

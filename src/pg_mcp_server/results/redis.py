@@ -6,14 +6,18 @@ atomically there (public `register_script` API), one round trip each:
 
 - a page read (`page`) checks the owner, returns the page and the page count, and renews the
   result's idle time (its key's TTL) and its place in the least-recently-read order;
-- a put (`put`) first lets go of entries whose idle time has passed, then evicts least
-  recently read results until the new one fits both `max_results` and `max_bytes` (page bytes
-  summed, what the memory store counts too), then holds it.
+- a put (`put`) first lets go of entries whose idle time has passed, then evicts until the
+  new one fits both `max_results` and `max_bytes` (page bytes summed, what the memory store
+  counts too), then holds it. Each eviction takes the least recently read result of the owner
+  that holds the most (results when the count is over, else bytes; the new result counted as
+  its owner's), as the memory store does: one caller cannot evict another's fair share.
 
 Keys, in the database the URL names (`redis://host:6379/2` is database 2):
 `pgmcp:result:<id>` (a hash: owner digest, page count, size, one field per page; TTL = idle
-time), `pgmcp:results:lru` (ids by last read), `pgmcp:results:sizes` (id -> bytes) and
-`pgmcp:results:bytes` (their sum). The budgets hold per database: deployments sharing one
+time), `pgmcp:results:lru` (ids by last read), `pgmcp:results:sizes` (id -> bytes),
+`pgmcp:results:bytes` (their sum), `pgmcp:results:owners` (id -> owner digest),
+`pgmcp:results:use` (owner digest -> bytes) and `pgmcp:results:lru:<owner digest>` (that
+owner's ids by last read). The budgets hold per database: deployments sharing one
 Redis take a database each, replicas of one deployment the same. Every key has a TTL renewed by
 each use, so a deployment that stops leaves nothing behind once idle. Redis Cluster is not
 supported (the scripts touch keys of several slots).
@@ -58,6 +62,8 @@ RESULT_PREFIX = "pgmcp:result:"
 LRU_KEY = "pgmcp:results:lru"
 SIZES_KEY = "pgmcp:results:sizes"
 BYTES_KEY = "pgmcp:results:bytes"
+OWNERS_KEY = "pgmcp:results:owners"
+USE_KEY = "pgmcp:results:use"
 
 # Bounds on a store that does not answer (the URL's socket_timeout / socket_connect_timeout
 # win): a page read waits at most this long, never forever.
@@ -67,16 +73,26 @@ TIMEOUT_S = 5.0
 # Shared by both scripts. `now` is Redis' clock in microseconds, so replicas whose clocks
 # differ agree on the order; a score is never below the newest one, so two uses within the
 # same microsecond still keep their order. `forget` lets go of a result and its share of the
-# budget. Numbers go to Redis through string.format('%d'): Lua's own conversion keeps 14
-# digits, fewer than a time in microseconds has.
+# budget, its owner's too. Numbers go to Redis through string.format('%d'): Lua's own
+# conversion keeps 14 digits, fewer than a time in microseconds has.
 _COMMON = """
-local lru, sizes, total, prefix = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local lru, sizes, total, owners, use = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local prefix = ARGV[1]
+local function owned(digest) return lru .. ':' .. digest end
 local function forget(victim)
   redis.call('ZREM', lru, victim)
   local held = redis.call('HGET', sizes, victim)
   if held then
     redis.call('HDEL', sizes, victim)
     redis.call('DECRBY', total, held)
+  end
+  local digest = redis.call('HGET', owners, victim)
+  if digest then
+    redis.call('HDEL', owners, victim)
+    redis.call('ZREM', owned(digest), victim)
+    if held and redis.call('HINCRBY', use, digest, -tonumber(held)) <= 0 then
+      redis.call('HDEL', use, digest)
+    end
   end
   redis.call('DEL', prefix .. victim)
 end
@@ -87,13 +103,15 @@ local function next_score()
   if top[2] and tonumber(top[2]) >= now then now = tonumber(top[2]) + 1 end
   return now
 end
-local function renew(idle_ms, key)
-  for _, k in ipairs({key, lru, sizes, total}) do redis.call('PEXPIRE', k, idle_ms) end
+local function renew(idle_ms, key, digest)
+  for _, k in ipairs({key, lru, sizes, total, owners, use, owned(digest)}) do
+    redis.call('PEXPIRE', k, idle_ms)
+  end
 end
 """
 
-# KEYS: lru, sizes, total; ARGV: prefix, id, owner digest, size, max bytes, max results,
-# idle ms, pages... Returns how many results were evicted to make room.
+# KEYS: lru, sizes, total, owners, use; ARGV: prefix, id, owner digest, size, max bytes, max
+# results, idle ms, pages... Returns how many results were evicted to make room.
 _PUT = (
     _COMMON
     + """
@@ -104,12 +122,35 @@ local score = next_score()
 -- go too, before anything is evicted for room.
 local cutoff = string.format('%d', score - idle_ms * 1000)
 for _, victim in ipairs(redis.call('ZRANGEBYSCORE', lru, '-inf', cutoff)) do forget(victim) end
+-- The least recently read result of the owner that uses the most (results, by_count, else
+-- bytes; `adding` counted as this put's owner's); of owners that use as much, the one read
+-- longest ago. Without owners (an index that lost them), the least recently read of all.
+local function victim(adding, by_count)
+  local best, most, age = nil, -1, 0
+  local all = redis.call('HGETALL', use)
+  for i = 1, #all, 2 do
+    local oldest = redis.call('ZRANGE', owned(all[i]), 0, 0, 'WITHSCORES')
+    if oldest[1] then
+      local amount = tonumber(all[i + 1])
+      if by_count then amount = redis.call('ZCARD', owned(all[i])) end
+      if all[i] == owner then amount = amount + adding end
+      if amount > most or (amount == most and tonumber(oldest[2]) < age) then
+        best, most, age = oldest[1], amount, tonumber(oldest[2])
+      end
+    end
+  end
+  return best or redis.call('ZRANGE', lru, 0, 0)[1]
+end
 local evicted = 0
-while redis.call('ZCARD', lru) >= max_results
-    or tonumber(redis.call('GET', total) or '0') + size > max_bytes do
-  local oldest = redis.call('ZRANGE', lru, 0, 0)
-  if #oldest == 0 then break end
-  forget(oldest[1])
+while true do
+  local gone
+  if redis.call('ZCARD', lru) >= max_results then
+    gone = victim(1, true)
+  elseif tonumber(redis.call('GET', total) or '0') + size > max_bytes then
+    gone = victim(size, false)
+  end
+  if not gone then break end
+  forget(gone)
   evicted = evicted + 1
 end
 -- The budget first, the key with its TTL next: a script cut short (Redis out of memory
@@ -118,15 +159,18 @@ end
 redis.call('ZADD', lru, string.format('%d', score), id)
 redis.call('HSET', sizes, id, size)
 redis.call('INCRBY', total, size)
+redis.call('HSET', owners, id, owner)
+redis.call('HINCRBY', use, owner, size)
+redis.call('ZADD', owned(owner), string.format('%d', score), id)
 local key = prefix .. id
 redis.call('HSET', key, 'o', owner, 'n', #ARGV - 7, 's', size)
-renew(idle_ms, key)
+renew(idle_ms, key, owner)
 for i = 8, #ARGV do redis.call('HSET', key, tostring(i - 8), ARGV[i]) end
 return evicted
 """
 )
 
-# KEYS: lru, sizes, total; ARGV: prefix, id, owner digest, page index, idle ms.
+# KEYS: lru, sizes, total, owners, use; ARGV: prefix, id, owner digest, page index, idle ms.
 # Returns {page, page count}, or nil when the page is not held for this owner.
 _PAGE = (
     _COMMON
@@ -142,16 +186,20 @@ if not got[1] then
 end
 if got[1] ~= owner or not got[4] then return false end
 -- An entry the index lost (evicted by Redis under memory pressure) is counted again.
-if redis.call('ZADD', lru, string.format('%d', next_score()), id) == 1 then
+local score = string.format('%d', next_score())
+if redis.call('ZADD', lru, score, id) == 1 then
   redis.call('HSET', sizes, id, got[3])
   redis.call('INCRBY', total, got[3])
+  redis.call('HSET', owners, id, owner)
+  redis.call('HINCRBY', use, owner, got[3])
 end
-renew(idle_ms, key)
+redis.call('ZADD', owned(owner), score, id)
+renew(idle_ms, key, owner)
 return {got[4], got[2]}
 """
 )
 
-_KEYS = [LRU_KEY, SIZES_KEY, BYTES_KEY]
+_KEYS = [LRU_KEY, SIZES_KEY, BYTES_KEY, OWNERS_KEY, USE_KEY]
 
 
 def describe(url: str) -> str:

@@ -100,6 +100,7 @@ async def describe_document(
             table,
             include_indexes,
             include_constraints,
+            comment_chars=app.settings.server.max_value_chars,
             known_token=cached[0] if cached else "",
         ),
         own=True,
@@ -119,10 +120,11 @@ async def describe_document(
 
 
 def _cut_document(doc: dict[str, Any], max_chars: int) -> dict[str, Any]:
-    """describe_table's answer with its long texts (comments, defaults, expressions,
-    definitions) cut to `max_chars` and marked; names, types and keys are never cut."""
-    out = doc | _cut(doc, ("description", "view_definition", "partition_key"), max_chars)
-    texts = ("description", "default_value", "generation_expression", "definition")
+    """describe_table's answer with its long texts (defaults, expressions, definitions) cut
+    to `max_chars` and marked (comments are, in PostgreSQL); names, types and keys are never
+    cut."""
+    out = doc | _cut(doc, ("view_definition", "partition_key"), max_chars)
+    texts = ("default_value", "generation_expression", "definition")
     for part in ("columns", "indexes", "constraints"):
         if part in doc:
             out[part] = [item | _cut(item, texts, max_chars) for item in doc[part]]
@@ -189,7 +191,10 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
     async def list_schemas(
         app: AppContext, include_system: bool = False
     ) -> Annotated[CallToolResult, ListSchemasOutput]:
-        rows = await app.db.run(lambda conn: catalog.list_schemas(conn, include_system), own=True)
+        cut = app.settings.server.max_value_chars
+        rows = await app.db.run(
+            lambda conn: catalog.list_schemas(conn, include_system, cut), own=True
+        )
         schemas = [SchemaInfo(**r) for r in rows]
         return ok(ListSchemasOutput(schemas=schemas, total_count=len(schemas)))
 
@@ -217,14 +222,14 @@ def schema_tools(default_schema: str) -> list[ToolDef]:
         }
         start, listing = _resume("list_tables", cursor, arguments, offset)
         page = limit or (MAP_PAGE if include_columns else LIST_PAGE)
+        cut = app.settings.server.max_value_chars
         rows, total, now = await app.db.run(
             lambda conn: catalog.list_tables(
-                conn, schema_name, include_views, name_pattern, page, start, include_columns
+                conn, schema_name, include_views, name_pattern, page, start, include_columns, cut
             ),
             own=True,
         )
-        cut = app.settings.server.max_value_chars
-        tables = [TableInfo(**(r | _cut(r, ("description",), cut))).dump() for r in rows]
+        tables = [TableInfo(**r).dump() for r in rows]
         answer: dict[str, Any] = {
             "tables": [],
             "schema_name": schema_name,

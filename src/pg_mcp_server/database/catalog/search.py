@@ -17,7 +17,12 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.catalog.tables import ROW_FACTS, VECTOR_TYPES, column_lines
+from pg_mcp_server.database.catalog.tables import (
+    ROW_FACTS,
+    VECTOR_TYPES,
+    column_lines,
+    cut_comment,
+)
 from pg_mcp_server.database.sql import statement
 from pg_mcp_server.errors import ParameterError
 
@@ -25,6 +30,7 @@ MAX_WORDS = 8
 # Words (after plurals are folded) that find pgvector columns by their type.
 VECTOR_WORDS = ["embedding", "vector", "semantic", "similar", "similarity"]
 COLUMNS_SHOWN = 5  # matching columns shown per table, best first
+DESCRIPTION_CHARS = 200  # of a matching table's comment, then the cut mark
 # Words that say nothing about where data lives ("which table has customer emails?").
 # fmt: off
 _STOP = frozenset({
@@ -119,7 +125,7 @@ FROM summary LEFT JOIN LATERAL (
            CASE r.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'partitioned table'
                WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
                WHEN 'f' THEN 'foreign table' END AS type,
-           pg_catalog.left(r.description, 200) AS description,
+           {cut_comment("r.description", str(DESCRIPTION_CHARS))} AS description,
            facts.empty, pc.relispopulated AS populated,
            ARRAY(SELECT a.attname::text
                  FROM pg_catalog.pg_constraint k

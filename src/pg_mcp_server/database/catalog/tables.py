@@ -163,6 +163,31 @@ _FOREIGN_KEYS = f"""
 COMMENT_CHARS = 80
 CUT_MARK_SQL = "pg_catalog.format('...[cut: %s chars]', {length})"
 
+
+def cut_comment(text: str, chars: str) -> str:
+    """SQL for the comment `text` (a column: it is repeated) cut after `chars` characters (an
+    integer: a bind, or a constant) and marked with its length, in PostgreSQL: a role that
+    comments its own objects could otherwise make every listing read megabytes (attack4
+    F-C). octet_length needs no detoasting, and most comments are short."""
+    return f"""CASE WHEN pg_catalog.octet_length({text}) <= {chars} THEN {text}
+        WHEN pg_catalog.length({text}) > {chars} THEN pg_catalog.left({text}, {chars})
+            || {CUT_MARK_SQL.format(length=f"pg_catalog.length({text})")}
+        ELSE {text} END"""
+
+
+# A comment of object `oid` in catalog `catalog` (objsubid 0: not a column's), cut after
+# `chars` characters as `cut_comment` does (obj_description reads it whole).
+_OBJECT_COMMENT = """(SELECT {cut} FROM pg_catalog.pg_description od
+    WHERE od.objoid = {oid} AND od.classoid = 'pg_catalog.{catalog}'::pg_catalog.regclass
+      AND od.objsubid = 0)"""
+
+
+def object_comment(oid: str, catalog: str, chars: str) -> str:
+    return _OBJECT_COMMENT.format(
+        cut=cut_comment("od.description", chars), oid=oid, catalog=catalog
+    )
+
+
 # A list of names `arr` (name[]), quoted where SQL needs it, from element `from` on.
 _NAMES = """(SELECT pg_catalog.string_agg(pg_catalog.quote_ident(u.x), ', ' ORDER BY u.o)
     FROM pg_catalog.unnest({arr}) WITH ORDINALITY AS u(x, o) WHERE u.o >= {first})"""
@@ -288,10 +313,10 @@ def column_lines(c: str, where: str = "", comment_chars: int = COMMENT_CHARS) ->
 
 LIST_SCHEMAS = statement(
     "catalog.tables.LIST_SCHEMAS",
-    """
+    f"""
 SELECT n.nspname AS name,
        pg_catalog.pg_get_userbyid(n.nspowner) AS owner,
-       pg_catalog.obj_description(n.oid, 'pg_namespace') AS description,
+       {object_comment("n.oid", "pg_namespace", "$2")} AS description,
        coalesce(k.tables, 0) AS table_count,
        coalesce(k.views, 0) AS view_count
 FROM pg_catalog.pg_namespace n
@@ -333,7 +358,7 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
     SELECT c.relname AS name,
            {_TYPE_LABEL.format(c="c")} AS type,
-           d.description,
+           {cut_comment("d.description", "$7")} AS description,
            facts.*,
            {_SIZE.format(c="c")} AS size_bytes,
            EXISTS (SELECT 1 FROM pg_catalog.pg_constraint k
@@ -430,7 +455,7 @@ col AS (
            a.attidentity, a.attgenerated,
            pg_catalog.format_type(a.atttypid, a.atttypmod) AS data_type,
            pg_catalog.pg_get_expr(d.adbin, d.adrelid) AS expr,
-           cd.description,
+           {cut_comment("cd.description", "$6")} AS description,
            CASE WHEN t.typtype = 'd'
                 THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) END AS domain_base,
            CASE WHEN t.typtype = 'e' THEN t.oid
@@ -451,7 +476,7 @@ ELSE pg_catalog.json_build_object(
     'table_name', rel.relname,
     'schema_name', rel.nspname,
     'type', {_TYPE_LABEL.format(c="rel")},
-    'description', pg_catalog.obj_description(rel.oid, 'pg_class'),
+    'description', {object_comment("rel.oid", "pg_class", "$6")},
     'columns', (SELECT coalesce(pg_catalog.json_agg(pg_catalog.json_build_object(
         'name', col.attname,
         'data_type', col.data_type,
@@ -478,7 +503,7 @@ ELSE pg_catalog.json_build_object(
         'is_unique', x.indisunique,
         'is_primary', x.indisprimary,
         'index_type', x.amname,
-        'description', pg_catalog.obj_description(x.indexrelid, 'pg_class'),
+        'description', {object_comment("x.indexrelid", "pg_class", "$6")},
         'definition', CASE WHEN x.definition <> pg_catalog.format(
                 'CREATE %sINDEX %s ON %s.%s USING %s (%s)',
                 CASE WHEN x.indisunique THEN 'UNIQUE ' ELSE '' END,
@@ -593,8 +618,11 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1) AS sche
 )
 
 
-async def list_schemas(conn: asyncpg.Connection, include_system: bool) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(LIST_SCHEMAS, include_system)]
+async def list_schemas(
+    conn: asyncpg.Connection, include_system: bool, comment_chars: int
+) -> list[dict[str, Any]]:
+    """The schemas, their comments cut after `comment_chars` characters (see cut_comment)."""
+    return [dict(r) for r in await conn.fetch(LIST_SCHEMAS, include_system, comment_chars)]
 
 
 async def list_tables(
@@ -604,13 +632,14 @@ async def list_tables(
     name_pattern: str | None,
     limit: int,
     offset: int,
-    include_columns: bool = False,
+    include_columns: bool,
+    comment_chars: int,
 ) -> tuple[list[dict[str, Any]], int, str]:
     """One page of the schema's tables, the number of all that match, and the listing's
-    fingerprint."""
+    fingerprint; comments cut after `comment_chars` characters (see cut_comment)."""
     kinds = RELKINDS_ALL if include_views else RELKINDS_TABLES
     rows = await conn.fetch(
-        LIST_TABLES, schema, kinds, name_pattern, limit, offset, include_columns
+        LIST_TABLES, schema, kinds, name_pattern, limit, offset, include_columns, comment_chars
     )
     if not rows:
         raise await missing_schema(conn, schema)
@@ -668,14 +697,22 @@ async def describe_table(
     include_indexes: bool,
     include_constraints: bool,
     *,
+    comment_chars: int,
     known_token: str = "",
 ) -> asyncpg.Record:
-    """The DESCRIBE_TABLE row: `doc` (the answer without its row estimate and size), or NULL
-    when `known_token` is still the current token (see SnapshotCache); `definition_held`,
-    true for a view whose definition was not read (see DESCRIBE_TABLE); then `token`,
-    `estimated_row_count` and `size_pretty`, always read afresh."""
+    """The DESCRIBE_TABLE row: `doc` (the answer without its row estimate and size, comments
+    cut after `comment_chars` characters), or NULL when `known_token` is still the current
+    token (see SnapshotCache); `definition_held`, true for a view whose definition was not
+    read (see DESCRIBE_TABLE); then `token`, `estimated_row_count` and `size_pretty`, always
+    read afresh."""
     row = await conn.fetchrow(
-        DESCRIBE_TABLE, schema, table, include_indexes, include_constraints, known_token
+        DESCRIBE_TABLE,
+        schema,
+        table,
+        include_indexes,
+        include_constraints,
+        known_token,
+        comment_chars,
     )
     if row is None:
         raise await missing_table(conn, schema, table)

@@ -27,7 +27,7 @@ from pg_mcp_server.database.explain import explain
 from pg_mcp_server.database.guard import SqlGuard, quote_ident
 from pg_mcp_server.database.pool import Database
 from pg_mcp_server.database.rows import Shapes
-from pg_mcp_server.database.sql import statement, tree as sqltree
+from pg_mcp_server.database.sql import cte_references, statement, tree as sqltree
 from pg_mcp_server.errors import ExtensionMissingError, InvalidSqlError
 
 FIND = statement(
@@ -89,8 +89,9 @@ class _Columns:
     def __init__(self, tree: Any) -> None:
         self.found: list[tuple[str | None, str, str]] = []
         self.relations: dict[str, str] = {}
+        to_ctes = cte_references(tree)  # a WITH query, not whatever relation has its name
         for key, value in sqltree.walk(tree):
-            if key == "RangeVar":
+            if key == "RangeVar" and id(value) not in to_ctes:
                 written = ".".join(
                     quote_ident(p) for p in (value.get("schemaname"), value["relname"]) if p
                 )

@@ -50,7 +50,9 @@ class Refs:
     types: frozenset[Name] = frozenset()
     relations: frozenset[Name] = frozenset()
     statements: frozenset[str] = frozenset()  # node names of the top-level statements
-    ctes: frozenset[str] = frozenset()  # WITH names: a relation name may be one of them
+    # Every WITH name of the statement. `relations` leaves out the names PostgreSQL resolves
+    # to a WITH query (see cte_references); one spelled like a WITH name elsewhere stays.
+    ctes: frozenset[str] = frozenset()
 
     def merged(self, other: Refs) -> Refs:
         return Refs(
@@ -164,8 +166,83 @@ def select_refs(sql: str) -> Refs | str:
     return refs
 
 
+_DATA_MODIFYING = frozenset({"InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"})
+
+
+def cte_references(tree: Any) -> set[int]:
+    """The RangeVar nodes (by id) of a parsed statement list that PostgreSQL resolves to a
+    WITH query rather than to a relation, by its scope rules (parse_relation.c,
+    scanNameSpaceForCTE; parse_cte.c, transformWithClause): an unqualified FROM item whose
+    name a WITH of its own query level or of an enclosing one has. A WITH is analysed before
+    the rest of its query level, and its queries see the earlier ones of the same WITH, or,
+    when it is RECURSIVE, all of them (themselves too). A name of the same spelling anywhere
+    else (a sibling subquery or set-operation arm, an earlier query of the WITH, the WITH
+    query's own body when not recursive) is a relation. Data-modifying statements are not
+    followed (their target is a relation even where a WITH name matches): every name in
+    them stays a relation, which can only make the guard judge more than PostgreSQL reads."""
+    found: set[int] = set()
+    # (node, WITH names in scope, what the node is); iterative: trees nest as deep as the
+    # JSON decoder allows (a UNION of hundreds of arms nests its `larg`s as deep).
+    stack: list[tuple[Any, frozenset[str], str]] = [(tree, frozenset(), _ANY)]
+    while stack:
+        node, scope, role = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, scope, role) for item in node)
+        elif not isinstance(node, dict):
+            continue
+        elif role == _SELECT:
+            _select_parts(node, scope, stack)
+        elif (
+            role == _FROM and len(node) == 1 and isinstance(body := next(iter(node.values())), dict)
+        ):
+            kind = next(iter(node))
+            if kind == "RangeVar":
+                if body.get("schemaname") is None and body.get("relname") in scope:
+                    found.add(id(body))
+            elif kind in _FROM_ITEMS:  # each joined item, a sampled relation: FROM items too
+                for key, value in body.items():
+                    stack.append((value, scope, _FROM if key in _FROM_ITEMS[kind] else _ANY))
+            else:
+                stack.append((node, scope, _ANY))
+        else:
+            for key, value in node.items():
+                if key == "SelectStmt":
+                    stack.append((value, scope, _SELECT))
+                elif key not in _DATA_MODIFYING:
+                    stack.append((value, scope, _ANY))
+    return found
+
+
+_ANY, _FROM, _SELECT = "any", "from", "select"
+_FROM_ITEMS = {"JoinExpr": ("larg", "rarg"), "RangeTableSample": ("relation",)}
+
+
+def _select_parts(
+    select: dict[str, Any], scope: frozenset[str], stack: list[tuple[Any, frozenset[str], str]]
+) -> None:
+    """Push a SelectStmt's parts, each with the WITH names it sees."""
+    with_clause = select.get("withClause") or {}
+    ctes = [c.get("CommonTableExpr", {}) for c in with_clause.get("ctes", [])]
+    if with_clause.get("recursive"):
+        scope = scope | {c.get("ctename", "") for c in ctes}
+        stack.extend((c.get("ctequery"), scope, _ANY) for c in ctes)
+    else:
+        for cte in ctes:
+            stack.append((cte.get("ctequery"), scope, _ANY))
+            scope = scope | {cte.get("ctename", "")}
+    for key, value in select.items():
+        if key in ("larg", "rarg"):  # a set operation's arms: SelectStmts, unwrapped
+            stack.append((value, scope, _SELECT))
+        elif key == "fromClause":
+            stack.append((value, scope, _FROM))
+        elif key != "withClause":
+            stack.append((value, scope, _ANY))
+
+
 def refs_of(tree: dict[str, Any]) -> Refs:
-    """Every name in a parsed statement list (pglast JSON), by kind."""
+    """Every name in a parsed statement list (pglast JSON), by kind; a FROM item that
+    PostgreSQL resolves to a WITH query is not a relation (see cte_references)."""
+    to_ctes = cte_references(tree)
     calls: set[Call] = set()
     row_functions: set[str] = set()
     operators: set[tuple[str | None, str, bool]] = set()
@@ -205,7 +282,7 @@ def refs_of(tree: dict[str, Any]) -> Refs:
             parts = names(value.get("names", []))
             if parts:
                 types.add(_qualified(parts))
-        elif key == "RangeVar":
+        elif key == "RangeVar" and id(value) not in to_ctes:
             relations.add((value.get("schemaname"), value.get("relname", "")))
         elif key == "CommonTableExpr":
             ctes.add(value.get("ctename", ""))
