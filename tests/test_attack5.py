@@ -1,0 +1,186 @@
+"""attack5: names looked up in a schema anyone may create in, with default settings
+(MCP_ALLOW_OPEN_SCHEMA_CODE=false). Reproductions of open findings, each marked
+`xfail(strict=True)` so that main stays green and the fix turns it into a failure to unmark
+(security-review/attack5/README.md).
+
+A role that is not trusted has legacy CREATE on `public`, where the DBA keeps a helper
+`public.norm(text)`; trusted functions call it qualified, as docs/custom-definitions.md
+advises. The attacker plants `public.norm(varchar)`, an exact match for a varchar argument
+that beats the DBA's (an implicit cast away), before the server starts. The planted code
+takes a transaction ID and raises 'PWNED': had it run, the call fails with that message and
+the ID is rolled back with the call (only the server rolls back here).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from customdefs import write
+from guardbed import next_xid_when_idle
+from mcp import Client
+from mcpclient import execute, fetch
+from pgbed import PgServer
+
+from pg_mcp_server.config import Settings
+from pg_mcp_server.custom.specs import DefinitionsError
+from pg_mcp_server.server import build_server
+
+SETUP = """
+CREATE ROLE {atk} LOGIN;
+CREATE ROLE {reader} LOGIN;
+GRANT CREATE, USAGE ON SCHEMA public TO {atk};  -- legacy public CREATE rights
+CREATE SCHEMA atk AUTHORIZATION {atk};
+GRANT USAGE ON SCHEMA atk TO PUBLIC;
+CREATE SCHEMA app;
+GRANT USAGE ON SCHEMA app TO {reader};
+CREATE TABLE app.people (id int PRIMARY KEY, name varchar(20));
+INSERT INTO app.people VALUES (1, 'Alice'), (2, 'Bob');
+GRANT SELECT ON app.people TO {reader};
+CREATE FUNCTION public.norm(text) RETURNS text IMMUTABLE LANGUAGE sql AS 'SELECT lower($1)';
+CREATE FUNCTION app.people_norm() RETURNS SETOF text STABLE LANGUAGE sql
+    AS 'SELECT public.norm(p.name) FROM app.people p ORDER BY p.id';
+CREATE FUNCTION app.people_norm_pl() RETURNS text STABLE LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (SELECT pg_catalog.string_agg(public.norm(p.name), ',' ORDER BY p.id)
+            FROM app.people p);
+END $$;
+CREATE FUNCTION public.people_report() RETURNS text STABLE LANGUAGE sql
+    AS 'SELECT pg_catalog.string_agg(public.norm(p.name), '','' ORDER BY p.id) FROM app.people p';
+SET ROLE {atk};
+CREATE FUNCTION atk.effect() RETURNS text VOLATILE LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'PWNED as % (xid %)', current_user, pg_catalog.pg_current_xact_id();
+END $f$;
+CREATE FUNCTION public.norm(varchar) RETURNS text IMMUTABLE LANGUAGE sql
+    AS 'SELECT atk.effect()';
+RESET ROLE;
+"""
+
+
+def as_role(dsn: str, role: str) -> str:
+    return f"postgresql://{role}@{dsn.split('@', 1)[1]}"
+
+
+@dataclass
+class Bed:
+    admin: str
+    reader: str
+
+    async def burnt_xids(self, since: int) -> list[int]:
+        until = await next_xid_when_idle(self.admin)
+        rows = await fetch(
+            self.admin,
+            "SELECT x FROM generate_series($1::bigint, $2::bigint - 1) x "
+            "WHERE pg_catalog.pg_xact_status(x::text::xid8) <> 'committed'",
+            since,
+            until,
+        )
+        return [r["x"] for r in rows]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def bed(pg: PgServer) -> AsyncIterator[Bed]:
+    db = await pg.create_database("attack5")
+    tag = secrets.token_hex(4)
+    atk, reader = f"atk5_{tag}", f"atk5_reader_{tag}"
+    await execute(db.dsn, SETUP.format(atk=atk, reader=reader))
+    try:
+        yield Bed(db.dsn, as_role(db.dsn, reader))
+    finally:
+        await pg.drop_database(db.name)
+        await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}")
+
+
+async def _answers(bed: Bed, tmp_path: Path, definitions: str, tool: str) -> str | None:
+    """The tool's answer as text, or None when the start refuses the file (also held)."""
+    path = write(tmp_path, definitions)
+    settings = Settings.load(database={"dsn": bed.reader}, server={"custom_definitions": str(path)})
+    try:
+        async with Client(build_server(settings)) as client:
+            result: Any = await client.call_tool(tool, {})
+    except DefinitionsError as refused:
+        assert "norm" in " ".join(refused.problems) or "public" in " ".join(refused.problems)
+        return None
+    return json.dumps([c.text for c in result.content if hasattr(c, "text")])
+
+
+CALLERS = {
+    "sql_body": "SELECT n FROM app.people_norm() AS n",
+    "plpgsql_body": "SELECT app.people_norm_pl() AS n",
+    "no_arguments_in_public": "SELECT public.people_report() AS n",
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack5 F1: custom/resolve.py checks only the called function's own schema and "
+    "search_path, never the qualified names in its body: public.norm(varchar) planted runs",
+)
+@pytest.mark.parametrize("caller", sorted(CALLERS))
+async def test_custom_sql_never_runs_an_overload_planted_for_a_qualified_name_in_a_body(
+    bed: Bed, tmp_path: Path, caller: str
+) -> None:
+    since = await next_xid_when_idle(bed.admin)
+    tool = f"tools:\n  - name: t\n    type: sql\n    sql: {CALLERS[caller]}\n"
+    answer = await _answers(bed, tmp_path, tool, "t")
+    assert answer is None or "PWNED" not in answer, answer
+    assert await bed.burnt_xids(since) == []
+
+
+PL_TOOLS = {
+    "pl-func": """
+tools:
+  - name: t
+    type: pl-func
+    language: plpgsql
+    returns: text
+    code: |
+      BEGIN
+        RETURN (SELECT string_agg(public.norm(p.name), ',' ORDER BY p.id) FROM app.people p);
+      END;
+""",
+    "pl-do": """
+tools:
+  - name: t
+    type: pl-do
+    language: plpgsql
+    code: |
+      BEGIN
+        result := to_jsonb((SELECT string_agg(public.norm(p.name), ',' ORDER BY p.id)
+                            FROM app.people p));
+      END;
+""",
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack5 F2: PL code is not checked: its qualified public.norm(...) picks the "
+    "overload planted in the open schema",
+)
+@pytest.mark.parametrize("kind", sorted(PL_TOOLS))
+async def test_pl_code_never_runs_an_overload_planted_for_a_qualified_name(
+    bed: Bed, tmp_path: Path, kind: str
+) -> None:
+    since = await next_xid_when_idle(bed.admin)
+    answer = await _answers(bed, tmp_path, PL_TOOLS[kind], "t")
+    assert answer is None or "PWNED" not in answer, answer
+    assert await bed.burnt_xids(since) == []
+
+
+async def test_execute_query_refuses_the_same_reads(bed: Bed) -> None:
+    """Control: the guard refuses each of those reads (open_schema_code), planted or not."""
+    settings = Settings.load(database={"dsn": bed.reader})
+    async with Client(build_server(settings)) as client:
+        for sql in CALLERS.values():
+            result = await client.call_tool("execute_query", {"sql": sql})
+            text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+            assert result.is_error and "open_schema_code" in text, text
+            assert "PWNED" not in text
