@@ -53,6 +53,16 @@ BEGIN
 END $$;
 CREATE FUNCTION public.people_report() RETURNS text STABLE LANGUAGE sql
     AS 'SELECT pg_catalog.string_agg(public.norm(p.name), '','' ORDER BY p.id) FROM app.people p';
+-- Own search_path naming public, every name in the body qualified: only the join's `=`,
+-- which JOIN ... USING and NATURAL JOIN look up where no name is written, resolves there.
+CREATE FUNCTION app.twins() RETURNS bigint STABLE LANGUAGE sql
+    SET search_path = pg_catalog, public
+    AS $$SELECT pg_catalog.count(*) FROM app.people a JOIN app.people b USING (name)$$;
+CREATE FUNCTION app.twins_natural() RETURNS bigint STABLE LANGUAGE plpgsql
+    SET search_path = pg_catalog, public AS $$
+BEGIN
+    RETURN (SELECT pg_catalog.count(*) FROM app.people a NATURAL JOIN app.people b);
+END $$;
 SET ROLE {atk};
 CREATE FUNCTION atk.effect() RETURNS text VOLATILE LANGUAGE plpgsql AS $f$
 BEGIN
@@ -60,6 +70,9 @@ BEGIN
 END $f$;
 CREATE FUNCTION public.norm(varchar) RETURNS text IMMUTABLE LANGUAGE sql
     AS 'SELECT atk.effect()';
+CREATE FUNCTION atk.evil_eq(varchar, varchar) RETURNS boolean IMMUTABLE LANGUAGE plpgsql
+    AS 'BEGIN RETURN atk.effect() IS NULL; END';
+CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = atk.evil_eq);
 RESET ROLE;
 """
 
@@ -184,3 +197,37 @@ async def test_execute_query_refuses_the_same_reads(bed: Bed) -> None:
             text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
             assert result.is_error and "open_schema_code" in text, text
             assert "PWNED" not in text
+
+
+JOINS = {
+    "execute_query USING": ("execute_query", {"sql": "SELECT app.twins() AS n"}),
+    "execute_query NATURAL": ("execute_query", {"sql": "SELECT app.twins_natural() AS n"}),
+    "explain_query analyze": (
+        "explain_query",
+        {"sql": "SELECT app.twins() AS n", "analyze": True},
+    ),
+    "get_sample_rows where_clause": (
+        "get_sample_rows",
+        {"schema_name": "app", "table_name": "people", "where_clause": "app.twins() > 0"},
+    ),
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack5 F3: refs.py does not see the `=` that JOIN ... USING / NATURAL JOIN look "
+    "up, so a body on its own path with public, its names all qualified, passes "
+    "open_schema_body and runs the planted public.=(varchar, varchar)",
+)
+@pytest.mark.parametrize("case", sorted(JOINS))
+async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_operator(
+    bed: Bed, case: str
+) -> None:
+    tool, arguments = JOINS[case]
+    since = await next_xid_when_idle(bed.admin)
+    settings = Settings.load(database={"dsn": bed.reader})
+    async with Client(build_server(settings)) as client:
+        result = await client.call_tool(tool, arguments)
+    text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+    assert "PWNED" not in text, text
+    assert await bed.burnt_xids(since) == []
