@@ -213,16 +213,13 @@ JOINS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack5 F3: refs.py does not see the `=` that JOIN ... USING / NATURAL JOIN look "
-    "up, so a body on its own path with public, its names all qualified, passes "
-    "open_schema_body and runs the planted public.=(varchar, varchar)",
-)
 @pytest.mark.parametrize("case", sorted(JOINS))
 async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_operator(
     bed: Bed, case: str
 ) -> None:
+    """attack5 F3: refs.py did not see the `=` that JOIN ... USING and NATURAL JOIN look up,
+    so a body on its own path with public, its names all qualified, passed open_schema_body
+    and ran the planted public.=(varchar, varchar). Now refused (open_schema_body)."""
     tool, arguments = JOINS[case]
     since = await next_xid_when_idle(bed.admin)
     settings = Settings.load(database={"dsn": bed.reader})
@@ -230,4 +227,5 @@ async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_opera
         result = await client.call_tool(tool, arguments)
     text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
     assert "PWNED" not in text, text
+    assert result.is_error and "open_schema_body" in text, text
     assert await bed.burnt_xids(since) == []
