@@ -63,6 +63,16 @@ CREATE FUNCTION app.twins_natural() RETURNS bigint STABLE LANGUAGE plpgsql
 BEGIN
     RETURN (SELECT pg_catalog.count(*) FROM app.people a NATURAL JOIN app.people b);
 END $$;
+-- Own search_path naming public, every name in its SQL qualified, a variable declared with
+-- an unqualified type of app's: PL/pgSQL looks it up on that path when it compiles the body.
+CREATE DOMAIN app.label AS text;
+CREATE FUNCTION app.shout(t text) RETURNS text STABLE LANGUAGE plpgsql
+    SET search_path = pg_catalog, public, app AS $$
+DECLARE v label;
+BEGIN
+    v := t;
+    RETURN pg_catalog.upper(v);
+END $$;
 SET ROLE {atk};
 CREATE FUNCTION atk.effect() RETURNS text VOLATILE LANGUAGE plpgsql AS $f$
 BEGIN
@@ -73,6 +83,9 @@ CREATE FUNCTION public.norm(varchar) RETURNS text IMMUTABLE LANGUAGE sql
 CREATE FUNCTION atk.evil_eq(varchar, varchar) RETURNS boolean IMMUTABLE LANGUAGE plpgsql
     AS 'BEGIN RETURN atk.effect() IS NULL; END';
 CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = atk.evil_eq);
+CREATE FUNCTION atk.chk(text) RETURNS boolean IMMUTABLE LANGUAGE sql
+    AS 'SELECT atk.effect() IS NULL';
+CREATE DOMAIN public.label AS text CHECK (atk.chk(VALUE));
 RESET ROLE;
 """
 
@@ -228,4 +241,26 @@ async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_opera
     text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
     assert "PWNED" not in text, text
     assert result.is_error and "open_schema_body" in text, text
+    assert await bed.burnt_xids(since) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack5 F4: the guard never reads a PL/pgSQL body's declarations: `DECLARE v "
+    "label` on the function's own path with public picks the attacker's domain public.label "
+    "(planted before app.label on that path), whose CHECK runs at the assignment",
+)
+@pytest.mark.parametrize("tool", ["execute_query", "explain_query"])
+async def test_a_declared_type_in_a_body_on_an_open_path_never_takes_a_planted_domain(
+    bed: Bed, tool: str
+) -> None:
+    arguments: dict[str, Any] = {"sql": "SELECT app.shout('hi') AS s"}
+    if tool == "explain_query":
+        arguments["analyze"] = True
+    since = await next_xid_when_idle(bed.admin)
+    settings = Settings.load(database={"dsn": bed.reader})
+    async with Client(build_server(settings)) as client:
+        result = await client.call_tool(tool, arguments)
+    text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+    assert "PWNED" not in text, text
     assert await bed.burnt_xids(since) == []
