@@ -63,6 +63,12 @@ CREATE FUNCTION app.twins_natural() RETURNS bigint STABLE LANGUAGE plpgsql
 BEGIN
     RETURN (SELECT pg_catalog.count(*) FROM app.people a NATURAL JOIN app.people b);
 END $$;
+-- attack2 F13 one call deeper: the function custom SQL calls has no path of its own, the
+-- one its body calls has `SET search_path = public` and compares varchar unqualified.
+CREATE FUNCTION app.inner_count() RETURNS bigint STABLE LANGUAGE sql SET search_path = public
+    AS $$SELECT count(*) FROM app.people p WHERE p.name = 'Alice'::varchar$$;
+CREATE FUNCTION app.outer_count() RETURNS bigint STABLE LANGUAGE sql
+    AS 'SELECT app.inner_count()';
 -- Own search_path naming public, every name in its SQL qualified, a variable declared with
 -- an unqualified type of app's: PL/pgSQL looks it up on that path when it compiles the body.
 CREATE DOMAIN app.label AS text;
@@ -141,13 +147,15 @@ CALLERS = {
     "sql_body": "SELECT n FROM app.people_norm() AS n",
     "plpgsql_body": "SELECT app.people_norm_pl() AS n",
     "no_arguments_in_public": "SELECT public.people_report() AS n",
+    "nested_own_path": "SELECT app.outer_count() AS n",
 }
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="attack5 F1: custom/resolve.py checks only the called function's own schema and "
-    "search_path, never the qualified names in its body: public.norm(varchar) planted runs",
+    "search_path, never the qualified names in its body (public.norm(varchar) planted runs) "
+    "nor the search_path of the functions its body calls (F1b: public.= planted runs)",
 )
 @pytest.mark.parametrize("caller", sorted(CALLERS))
 async def test_custom_sql_never_runs_an_overload_planted_for_a_qualified_name_in_a_body(
@@ -202,13 +210,15 @@ async def test_pl_code_never_runs_an_overload_planted_for_a_qualified_name(
 
 
 async def test_execute_query_refuses_the_same_reads(bed: Bed) -> None:
-    """Control: the guard refuses each of those reads (open_schema_code), planted or not."""
+    """Control: the guard refuses each of those reads (open_schema_code, or open_schema_body
+    for the nested call), planted or not."""
     settings = Settings.load(database={"dsn": bed.reader})
     async with Client(build_server(settings)) as client:
         for sql in CALLERS.values():
             result = await client.call_tool("execute_query", {"sql": sql})
             text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
-            assert result.is_error and "open_schema_code" in text, text
+            assert result.is_error, text
+            assert "open_schema_code" in text or "open_schema_body" in text, text
             assert "PWNED" not in text
 
 

@@ -5,7 +5,10 @@ server's role on every call: no race.
 
 - F1 (sql tool/resource): custom SQL calling a trusted function (`app.people_norm()`, SQL
   body; `app.people_norm_pl()`, PL/pgSQL; `public.people_report()`, no arguments) whose body
-  names `public.norm(...)` qualified, as docs/custom-definitions.md advises. resolve.py
+  names `public.norm(...)` qualified, as docs/custom-definitions.md advises. F1b: custom SQL
+  calling `app.outer_count()`, whose body calls `app.inner_count()` with its own
+  `SET search_path = public` (attack2 F13 one call deeper): the planted
+  `public.=(varchar, varchar)` runs. resolve.py
   checks only the called function itself (its schema, its own search_path), never the
   names in its body. Control: the BEGIN ATOMIC body (`app.people_norm_atomic()`) resolved at
   creation: held. execute_query of the same SQL is refused (`open_schema_code`): held.
@@ -24,11 +27,27 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from common5 import ATTACKER, DROP_NORM, PLANT_NORM, READER, Notices, execute, pwned, reset_db, tool
+from common5 import (
+    ATTACKER, DROP_EQ, DROP_NORM, DSN, PLANT_EQ, PLANT_NORM, READER, Notices, execute, pwned,
+    reset_db, tool,
+)
 from mcpclient import connect
 
+# F1b: F13 one call deeper: custom SQL calls app.outer() (no search_path of its own, body
+# qualified), which calls app.inner(), whose own `SET search_path = public` makes its
+# unqualified `=` on varchar resolve in public. resolve.py checks the open_path of the
+# functions the statement itself depends on, not of those their bodies call.
+NESTED = """
+CREATE FUNCTION app.inner_count() RETURNS bigint STABLE LANGUAGE sql SET search_path = public
+    AS $$SELECT count(*) FROM app.people p WHERE p.name = 'Alice'::varchar$$;
+CREATE FUNCTION app.outer_count() RETURNS bigint STABLE LANGUAGE sql
+    AS 'SELECT app.inner_count()';
+"""
 DEFS = """
 tools:
+  - name: nested_own_path
+    type: sql
+    sql: SELECT app.outer_count() AS n
   - name: sql_body
     type: sql
     sql: SELECT n FROM app.people_norm() AS n
@@ -64,19 +83,21 @@ resources:
     mimeType: application/json
     sql: SELECT n FROM app.people_norm() AS n
 """
-TOOLS = ["sql_body", "pl_body", "no_args_public", "atomic_body", "pl_func", "pl_do"]
+TOOLS = ["nested_own_path", "sql_body", "pl_body", "no_args_public", "atomic_body", "pl_func", "pl_do"]
 CONTROLS = {  # execute_query of the same reads: the guard refuses them
     "execute_query sql body": "SELECT n FROM app.people_norm() AS n",
     "execute_query pl body": "SELECT app.people_norm_pl() AS n",
     "execute_query no-args public": "SELECT public.people_report() AS n",
     "execute_query qualified": "SELECT public.norm(name) FROM app.people",
+    "execute_query nested own path": "SELECT app.outer_count() AS n",
 }
 
 
 async def main(when: str) -> int:
     await reset_db()
+    await execute(DSN, NESTED)
     if when == "before":
-        await execute(ATTACKER, PLANT_NORM)
+        await execute(ATTACKER, PLANT_NORM + ";" + PLANT_EQ)
     d = Path(tempfile.mkdtemp())
     (d / "defs.yaml").write_text(textwrap.dedent(DEFS))
     found = 0
@@ -86,7 +107,7 @@ async def main(when: str) -> int:
                 for name in TOOLS:
                     ok, body = await tool(c, name)
                     print(f"clean call {name}: ok={ok} {str(body)[:120]}")
-                await execute(ATTACKER, PLANT_NORM)
+                await execute(ATTACKER, PLANT_NORM + ";" + PLANT_EQ)
             xid0 = await Notices().next_xid()
             for name in TOOLS:
                 ok, body = await tool(c, name)
@@ -110,7 +131,7 @@ async def main(when: str) -> int:
     except Exception as e:  # noqa: BLE001 - a refused start is a result here
         print("start refused:", str(e)[:600])
     finally:
-        await execute(ATTACKER, DROP_NORM)
+        await execute(ATTACKER, DROP_NORM + ";" + DROP_EQ)
     return 1 if found else 0
 
 
