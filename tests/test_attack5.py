@@ -222,7 +222,7 @@ async def test_execute_query_refuses_the_same_reads(bed: Bed) -> None:
             assert "PWNED" not in text
 
 
-JOINS = {
+JOINS: dict[str, tuple[str, dict[str, Any]]] = {
     "execute_query USING": ("execute_query", {"sql": "SELECT app.twins() AS n"}),
     "execute_query NATURAL": ("execute_query", {"sql": "SELECT app.twins_natural() AS n"}),
     "explain_query analyze": (
