@@ -3,7 +3,7 @@ default settings (MCP_ALLOW_OPEN_SCHEMA_CODE=false), so an overload the attacker
 (`public.norm(varchar)`, an exact match beating the DBA's `public.norm(text)`) runs as the
 server's role on every call: no race.
 
-- F1 (sql tool/resource): custom SQL calling a trusted function (`app.people_norm()`, SQL
+- F1 (sql tool, resource, prompt argument completion): custom SQL calling a trusted function (`app.people_norm()`, SQL
   body; `app.people_norm_pl()`, PL/pgSQL; `public.people_report()`, no arguments) whose body
   names `public.norm(...)` qualified, as docs/custom-definitions.md advises. F1b: custom SQL
   calling `app.outer_count()`, whose body calls `app.inner_count()` with its own
@@ -31,6 +31,7 @@ from common5 import (
     ATTACKER, DROP_EQ, DROP_NORM, DSN, PLANT_EQ, PLANT_NORM, READER, Notices, execute, pwned,
     reset_db, tool,
 )
+from mcp_types import PromptReference
 from mcpclient import connect
 
 # F1b: F13 one call deeper: custom SQL calls app.outer() (no search_path of its own, body
@@ -76,6 +77,17 @@ tools:
         result := to_jsonb((SELECT string_agg(public.norm(p.name), ',' ORDER BY p.id)
                             FROM app.people p));
       END;
+prompts:
+  - name: about
+    arguments:
+      - name: who
+        required: true
+        completion: SELECT n FROM app.people_norm() AS n WHERE n LIKE $1 || '%'
+    messages:
+      - role: user
+        content:
+          type: text
+          text: Tell me about {{who}}.
 resources:
   - uri: custom://norm
     name: Norm
@@ -122,6 +134,16 @@ async def main(when: str) -> int:
             tag = "FINDING" if "PWNED" in text else "held"
             found += tag == "FINDING"
             print(f"{tag}: resource custom://norm: {text[:220]}")
+            try:
+                done = await c.complete(
+                    PromptReference(type="ref/prompt", name="about"), {"name": "who", "value": ""}
+                )
+                text = str(done.completion.values)
+            except Exception as e:  # noqa: BLE001
+                text = f"error {e}"
+            tag = "FINDING" if "PWNED" in text else "held"
+            found += tag == "FINDING"
+            print(f"{tag}: prompt argument completion: {text[:220]}")
             for label, sql in CONTROLS.items():
                 ok, body = await tool(c, "execute_query", sql=sql)
                 tag = "FINDING" if pwned(body) else "held"
