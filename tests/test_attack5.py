@@ -274,3 +274,47 @@ async def test_a_declared_type_in_a_body_on_an_open_path_never_takes_a_planted_d
     text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
     assert "PWNED" not in text, text
     assert await bed.burnt_xids(since) == []
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def extension_in_public(pg: PgServer) -> AsyncIterator[str]:
+    """A database where a trusted extension (citext, as pgvector, hstore or ltree would) is
+    installed in `public`, which has legacy CREATE rights: the reader's DSN."""
+    db = await pg.create_database("attack5_ext")
+    tag = secrets.token_hex(4)
+    atk, reader = f"atk5x_{tag}", f"atk5x_reader_{tag}"
+    await execute(
+        db.dsn,
+        f"""
+        CREATE ROLE {atk} LOGIN;
+        CREATE ROLE {reader} LOGIN;
+        GRANT CREATE, USAGE ON SCHEMA public TO {atk};
+        CREATE EXTENSION citext SCHEMA public;
+        CREATE TABLE public.items (id int PRIMARY KEY, code varchar(10));
+        INSERT INTO public.items VALUES (1, 'x');
+        GRANT SELECT ON public.items TO {reader};
+        """,
+    )
+    try:
+        yield as_role(db.dsn, reader)
+    finally:
+        await pg.drop_database(db.name)
+        await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack5 F6: run_path's first walk reads asyncpg's type-lookup query with every "
+    "statement; its unqualified =, <>, > have trusted candidates in public (the extension's, "
+    "whatever their argument types), which keeps public on the path: every statement is "
+    "refused open_schema_code, SELECT 1 included",
+)
+async def test_an_extension_in_an_open_public_does_not_refuse_every_statement(
+    extension_in_public: str,
+) -> None:
+    settings = Settings.load(database={"dsn": extension_in_public})
+    async with Client(build_server(settings)) as client:
+        for sql in ("SELECT 1 AS one", "SELECT id FROM public.items WHERE id = 1"):
+            result = await client.call_tool("execute_query", {"sql": sql})
+            text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+            assert not result.is_error, text
