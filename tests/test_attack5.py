@@ -307,7 +307,8 @@ async def extension_in_public(pg: PgServer) -> AsyncIterator[str]:
     reason="attack5 F6: run_path's first walk reads asyncpg's type-lookup query with every "
     "statement; its unqualified =, <>, > have trusted candidates in public (the extension's, "
     "whatever their argument types), which keeps public on the path: every statement is "
-    "refused open_schema_code, SELECT 1 included",
+    "refused open_schema_code, SELECT 1 included (and `id = 1` keeps it by itself: candidates "
+    "are not matched by argument types)",
 )
 async def test_an_extension_in_an_open_public_does_not_refuse_every_statement(
     extension_in_public: str,
