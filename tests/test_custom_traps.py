@@ -76,6 +76,17 @@ CREATE OPERATOR public.<> (LEFTARG = oid, RIGHTARG = integer, FUNCTION = planter
 RESET ROLE;
 """
 
+
+async def refused_at_start(dsn: str, directory: Path, text: str) -> list[str]:
+    """The problems a server that is to serve `text` as its definitions file stops at."""
+    path = write(directory, text)
+    settings = Settings.load(database={"dsn": dsn}, server={"custom_definitions": str(path)})
+    with pytest.raises(DefinitionsError) as caught:
+        async with Client(build_server(settings)):
+            pass
+    return caught.value.problems
+
+
 STATS_RESET = """
 SELECT stats_reset::text FROM pg_catalog.pg_stat_database
 WHERE datname = pg_catalog.current_database()
@@ -278,15 +289,9 @@ async def test_a_function_whose_own_path_names_an_open_schema_stops_the_start(
     planted: str, tmp_path: Path
 ) -> None:
     assert await _moved(planted, "SELECT public.count_fine_pathed()")  # what it did
-    path = write(
-        tmp_path, "tools:\n  - name: pathed\n    type: sql\n    sql: SELECT count_fine_pathed()\n"
-    )
-    settings = Settings.load(database={"dsn": planted}, server={"custom_definitions": str(path)})
     before = await _stats_reset(planted)
-    with pytest.raises(DefinitionsError) as caught:
-        async with Client(build_server(settings)):
-            pass
-    (problem,) = caught.value.problems
+    tool = "tools:\n  - name: pathed\n    type: sql\n    sql: SELECT count_fine_pathed()\n"
+    (problem,) = await refused_at_start(planted, tmp_path, tool)
     assert "it calls count_fine_pathed(), whose own search_path (public) names public" in problem
     assert await _stats_reset(planted) == before, "a planted object ran"
 
@@ -307,14 +312,7 @@ async def test_a_function_with_arguments_of_an_open_schema_is_refused(
     )
     tool = "tools:\n  - name: plus\n    type: sql\n    sql: SELECT plus_one(41) AS n\n"
     try:
-        path = write(tmp_path, tool)
-        settings = Settings.load(
-            database={"dsn": planted}, server={"custom_definitions": str(path)}
-        )
-        with pytest.raises(DefinitionsError) as caught:
-            async with Client(build_server(settings)):
-                pass
-        (problem,) = caught.value.problems
+        (problem,) = await refused_at_start(planted, tmp_path, tool)
         assert "it uses function plus_one(bigint), of schema public" in problem
         assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in problem
         async with serve(planted, tmp_path, tool, allow_open_schema_code=True) as client:
@@ -419,13 +417,9 @@ async def test_a_name_that_cannot_be_pinned_stops_the_start(
     line and what to write; the same written qualified is served."""
     await execute(scratch_dsn, REFUSAL_FIXTURE)
     path = write(tmp_path, REFUSALS)
-    settings = Settings.load(
-        database={"dsn": scratch_dsn}, server={"custom_definitions": str(path)}
-    )
-    with pytest.raises(DefinitionsError) as caught:
-        async with Client(build_server(settings)):
-            pass
-    problems = [p.removeprefix(f"{path}:") for p in caught.value.problems]
+    problems = [
+        p.removeprefix(f"{path}:") for p in await refused_at_start(scratch_dsn, tmp_path, REFUSALS)
+    ]
     assert len(problems) == 2, problems
     assert problems[0].startswith("3: tool 0 (two_labels): sql: function label resolves to ")
     assert "extra.label or public.label" in problems[0]

@@ -18,6 +18,9 @@ pass over every request keeps a stream connection's session, to tell it of list 
 whole database layer (SQLAlchemy, pglast, the models), which is most of the start-up's CPU.
 They are made at the first request that needs them (a client's `tools/list`, sent right after
 `initialize`), or at once with `PgMcp.load()` (the HTTP gateway, before it serves).
+
+Its size (~420 lines) is one handler per MCP method and the lifespan: the SDK's whole surface
+as this server uses it, read in one place.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Custom definitions as the same values the built-ins are: `ToolDef`s (results and errors
 made in tools/registry.py), and `ResourceDef`, `TemplateDef` and `PromptDef`s, served by the
-one `Registry` (primitives/registry.py)."""
+one `Registry` (primitives/registry.py).
+
+Its size (~500 lines) is one builder per kind of definition (sql and PL tools, resources,
+templates, prompts with their completions), each reading the checked file the same way."""
 
 from __future__ import annotations
 

@@ -35,11 +35,15 @@ from pg_mcp_server.custom.specs import (
     ToolSpec,
     Where,
 )
+from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.pool import Database
 from pg_mcp_server.database.sql import statement
+from pg_mcp_server.errors import PgMcpError
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)
+# What the guard's walk is asked of custom SQL (see _Checker._bodies).
+_BODY_RULES = frozenset({"open_schema_body"})
 
 # Languages code may be written in (C and internal functions are not code of the file).
 LANGUAGES = statement(
@@ -138,11 +142,13 @@ class _Checker:
         path: str,
         left_out: list[str],
         allow_open_code: bool,
+        bodies: SqlGuard,
     ) -> None:
         self.defs = defs
         self.conn = conn
         self.trusted = trusted
         self.allow_open_code = allow_open_code
+        self.bodies = bodies
         self.problems: list[str] = []
         self.where = Where("file", 0, 1)  # the definition being checked (run)
         self.checked = Checked(pl_path=path, left_out=tuple(left_out))
@@ -160,6 +166,7 @@ class _Checker:
             raise _Bad(f"{what}: {_message(invalid.error, sql, invalid.position)}") from None
         except asyncpg.PostgresError as exc:
             raise _Bad(f"{what}: {_message(exc)}") from None
+        await self._bodies(resolved.sql, what)
         for ignored in resolved.ignored:
             logger.warning(
                 "custom definitions: %s resolves to %s, whose name is pg_catalog's and whose "
@@ -226,6 +233,21 @@ class _Checker:
         for parameter in resource.parameters:
             await self.completion(parameter.name, parameter.completion)
 
+    async def _bodies(self, sql: str, what: str) -> None:
+        """Refuse `sql` (as it will run) when it reaches, through the functions it calls and
+        theirs, a body that PostgreSQL resolves when it runs on a search path with an open
+        schema (a function's own SET search_path): what the guard refuses as
+        `open_schema_body`, for every statement it judges (resolve.py sees the functions
+        custom SQL calls, not the ones their bodies call)."""
+        try:
+            async with self.conn.transaction(readonly=True):
+                await self.bodies.check(sql, self.conn)
+        except PgMcpError as exc:
+            if (exc.context or {}).get("rule", "") in _BODY_RULES:
+                raise _Bad(f"{what}: {exc.message} {exc.suggestion}") from None
+            # Anything else the guard would say is not for custom SQL to hear (its SQL is the
+            # operator's): the check above is all this is for.
+
     async def completion(self, argument: str, sql: str | None) -> None:
         if sql is None:
             return
@@ -260,7 +282,10 @@ async def check(
                 "SCHEMA public FROM PUBLIC)",
                 ", ".join(left_out),
             )
-        checker = _Checker(defs, conn, roles, path, left_out, allow_open_code)
+        bodies = SqlGuard(
+            strict_comments=False, trusted_roles=tuple(trusted or ()), custom=_BODY_RULES
+        )
+        checker = _Checker(defs, conn, roles, path, left_out, allow_open_code, bodies)
         languages = {r["lanname"] for r in await conn.fetch(LANGUAGES)}
         wanted = sorted({t.language for t in defs.tools if t.type != "sql"} - languages)
         available = {r["name"] for r in await conn.fetch(AVAILABLE, wanted)} if wanted else set()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import WithJsonSchema
+from pydantic import Field, WithJsonSchema
 
 from pg_mcp_server.models.compact import Compact
 
@@ -54,3 +54,7 @@ class AnalyzeQueryIndexesOutput(Compact):
     candidates: int
     recommendations: Annotated[list[dict[str, Any]], _ARRAY]
     hypopg_version: str
+    # a workload's: its cost with the recommended indexes, and each statement's costs
+    cost_after: float | None = None
+    queries: Annotated[list[dict[str, Any]], _ARRAY] = Field(default_factory=list)
+    note: str = ""

@@ -17,12 +17,15 @@ from pydantic import Field
 from pg_mcp_server.app import AppContext
 from pg_mcp_server.database.health import (
     CHECKS,
+    MAX_QUERIES,
     Outcome,
     advise,
+    advise_workload,
     run_checks,
     top_queries,
     within_budget,
 )
+from pg_mcp_server.errors import ParameterError
 from pg_mcp_server.models.health import (
     AnalyzeDbHealthOutput,
     AnalyzeQueryIndexesOutput,
@@ -60,14 +63,18 @@ GET_TOP_QUERIES = """Top statements of pg_stat_statements in this database by so
 (<= 500 chars), calls, total/mean ms, rows, shared blocks hit/read, hit_ratio. Counts this
 server's own statements too. Example: get_top_queries(sort_by="mean_time", limit=5)"""
 
-ANALYZE_QUERY_INDEXES = """Indexes that would speed up one SELECT, each measured with HypoPG
-(hypothetical, nothing created): plan cost before/after, improvement factor, estimated size,
-and the CREATE INDEX CONCURRENTLY statement for the user. Candidates: compared, joined and
-ordered columns. Example: analyze_query_indexes(sql="SELECT * FROM orders WHERE status = $1",
+ANALYZE_QUERY_INDEXES = """Indexes that would speed up one SELECT (sql) or a workload (queries
+and/or top_queries: pg_stat_statements' N costliest, weighted by calls), each measured with
+HypoPG (hypothetical, nothing created): plan cost before/after, improvement factor, estimated
+size, and the CREATE INDEX CONCURRENTLY statement for the user. Candidates: compared, joined and
+ordered columns; for a workload picked greedily (most cost saved per byte) within
+max_index_size_mb. Example: analyze_query_indexes(sql="SELECT * FROM orders WHERE status = $1",
 params=["new"])"""
 
 # Bytes for the keys around the findings and the counts that may still grow once cut.
 _FRAME_BYTES = 200
+_SHORT_TEXT = 60  # a pg_stat_statements text cut to this when the answer is over budget
+MIB = 1024 * 1024
 
 
 def _result(outcome: Outcome, shown: int) -> CheckResult:
@@ -80,6 +87,30 @@ def _result(outcome: Outcome, shown: int) -> CheckResult:
         note=outcome.note,
         error=outcome.error,
     )
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _fit(found: dict[str, Any], room: int) -> None:
+    """A workload's answer within `room` bytes: pg_stat_statements texts cut shorter first,
+    then the statements' list, then the recommendations (the last picked first), each cut
+    said in the note."""
+    cuts = []
+    if _size(found) > room:
+        for query in found["queries"]:
+            if "text" in query:
+                query["text"] = query["text"][:_SHORT_TEXT]
+    for key in ("queries", "recommendations"):
+        listed = found[key]
+        cut = 0
+        while listed and _size(found) > room:
+            listed.pop()
+            cut += 1
+        if cut:
+            cuts.append(f"{cut} {key} not shown (the answer budget)")
+    found["note"] = "; ".join([found["note"], *cuts] if found["note"] else cuts)
 
 
 def health_tools() -> list[ToolDef]:
@@ -132,14 +163,52 @@ def health_tools() -> list[ToolDef]:
 
     async def analyze_query_indexes(
         app: AppContext,
-        sql: Annotated[str, Field(description="One SELECT")],
+        sql: Annotated[str | None, Field(description="One SELECT")] = None,
         params: Annotated[list[Any] | None, Field(description="Values for $n placeholders")] = None,
+        queries: Annotated[list[str] | None, Field(max_length=MAX_QUERIES)] = None,
+        top_queries: Annotated[int, Field(ge=0, le=MAX_QUERIES)] = 0,
+        max_index_size_mb: Annotated[float | None, Field(gt=0)] = None,
     ) -> Annotated[CallToolResult, AnalyzeQueryIndexesOutput]:
+        if not queries and not top_queries:
+            if sql is None:
+                raise ParameterError(
+                    "Nothing to advise on: give sql, or a workload (queries, top_queries).",
+                    suggestion='For example sql="SELECT * FROM orders WHERE status = $1".',
+                )
+            if max_index_size_mb is not None:
+                raise ParameterError(
+                    "max_index_size_mb bounds a workload's indexes (queries, top_queries).",
+                    suggestion="Pass the query in queries=[...] to advise it under a budget.",
+                    context={"max_index_size_mb": max_index_size_mb},
+                )
+            one, shapes, sensitive = sql, app.shapes, app.sensitive
+            found = await app.db.run(
+                lambda conn: advise(conn, app.db, app.guard, one, params, shapes, sensitive),
+                explicit=True,
+                prelude=lambda: app.guard.prelude(one),
+            )
+            return ok(AnalyzeQueryIndexesOutput(**found))
+        if sql is not None or params is not None:
+            raise ParameterError(
+                "sql and params are for one query; a workload's statements go in queries "
+                "(their $n placeholders are planned generic, with no values).",
+                suggestion="Put the statement in queries=[...] and leave params out.",
+            )
+        budget = int(max_index_size_mb * MIB) if max_index_size_mb is not None else None
         found = await app.db.run(
-            lambda conn: advise(conn, app.db, app.guard, sql, params, app.shapes, app.sensitive),
+            lambda conn: advise_workload(
+                conn,
+                app.db,
+                app.guard,
+                queries or [],
+                top_queries,
+                budget,
+                app.shapes,
+                app.sensitive,
+            ),
             explicit=True,
-            prelude=lambda: app.guard.prelude(sql),
         )
+        _fit(found, app.settings.server.answer_budget_bytes - _FRAME_BYTES)
         return ok(AnalyzeQueryIndexesOutput(**found))
 
     return [

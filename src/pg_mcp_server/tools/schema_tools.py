@@ -3,7 +3,10 @@ get_sample_rows.
 
 Thin wrappers: validate input (pydantic, through the signature), open the read-only
 transaction, call `database/`, wrap the answer in the output model. Descriptions are read by
-the model on every session: every byte counts (all tools together stay under 12 KB).
+the model on every session: every byte counts (tools/list has a budget, tests/test_answers.py).
+
+Its size (~400 lines) is five tools with their descriptions and their paging, one file as the
+PRD's layer is one.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ with an id is answered; one read after the stop (also one the client sent just b
 in the pipe) gets that answer at once, without being run. One the client cancelled gets none.
 A line longer than the limit is not kept: it is read through for its id (idscan.py), wherever
 in the line the id is, and answered with -32600.
+
+Its size (~400 lines): reading, writing and stopping share the one session's state (what is
+unanswered, what the writer holds), so they stay together.
 """
 
 from __future__ import annotations

@@ -255,6 +255,7 @@ class SqlGuard:
     trusted_roles: tuple[str, ...] = ()
     allow_foreign_tables: bool = False
     allow_open_schema_code: bool = False
+    custom: frozenset[str] | None = None  # see rules.Judge.custom
     state: GuardState = field(init=False)
 
     def __post_init__(self) -> None:
@@ -262,6 +263,7 @@ class SqlGuard:
             tuple(self.trusted_roles),
             self.allow_foreign_tables,
             allow_open_schema_code=self.allow_open_schema_code,
+            custom=self.custom,
         )
 
     def prelude(self, sql: str) -> Prelude | None:

@@ -176,6 +176,8 @@ def run_path(judge: Judge, refs: Refs, relations: Relations) -> RunPath:
     open_here = [nsp for nsp in c.path if nsp in c.open_schemas]
     if not open_here:
         return RunPath(c.path)
+    if judge.custom is not None:
+        return RunPath(tuple(nsp for nsp in c.path if nsp not in open_here))
     scout = _Walk(judge, relations, c.path, scout=set(open_here))
     scout.names(refs, None, c.path)
     scout.names(_driver_lookup(), (DRIVER, 0), c.path)
@@ -287,6 +289,8 @@ class _Walk:
             self.queue.append(obj)
 
     def refuse(self, rule: str, reason: str, chain: tuple[str, ...], suggestion: str) -> None:
+        if self.judge.custom is not None and rule not in self.judge.custom:
+            return
         if self.refusal is None:
             self.refusal = Refusal(rule, reason, chain, suggestion)
 
@@ -745,7 +749,7 @@ class _Walk:
         body = self.judge.body(f)
         if isinstance(body, Refs):  # its naming calls are refused by their own verdict
             path = self.judge.function_path(f, self.path)
-            self.body_path(body, path, obj)  # (its refusal says more than the names')
+            self.body_path(path, obj)  # (its refusal says more than the names')
             self.names(body, obj, path)
         for g in (f.support, *f.aggregate):
             self.add((FUNCTION, g), obj)
@@ -753,22 +757,19 @@ class _Walk:
         for t in f.types:
             self.type(t, obj)
 
-    def body_path(self, body: Refs, path: tuple[int, ...], obj: Obj) -> None:
+    def body_path(self, path: tuple[int, ...], obj: Obj) -> None:
         """A body whose names PostgreSQL resolves when the function runs (SQL not BEGIN
         ATOMIC, PL/pgSQL), on a path with a schema where a role that is not trusted may create
         objects (kept on the statement's path for a trusted candidate, or named by the
         function's own search_path): an overload or operator planted there with a closer
-        match between the check and the call would run inside it. Only what it names
-        unqualified can be taken over."""
+        match between the check and the call would run inside it. Not only what it names
+        unqualified: PostgreSQL looks names up where none is written too (the `=` of JOIN ...
+        USING, a PL/pgSQL variable's type, a %TYPE; attack5 F3, F4), so every such body is
+        refused."""
         if self.scout is not None:
             return  # run_path's first walk judges nothing
         open_here = [nsp for nsp in path if nsp in self.c.open_schemas]
-        unqualified = (
-            any(c.schema is None for c in body.calls)
-            or any(schema is None for schema, _, _ in body.operators)
-            or any(schema is None for schema, _ in body.types | body.relations)
-        )
-        if open_here and unqualified:
+        if open_here:
             names = ", ".join(self.c.schemas.get(nsp, "?") for nsp in open_here)
             self.refuse(
                 "open_schema_body",

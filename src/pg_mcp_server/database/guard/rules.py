@@ -171,6 +171,10 @@ class Judge:
     catalog: Catalog
     allow_foreign_tables: bool = False
     allow_open_schema_code: bool = False  # see reach.run_path
+    # For custom SQL (custom/check.py), already written with the schemas its names resolve to
+    # and run without the open schemas on its path: those left off (no name kept there), and
+    # only these rules' refusals counted (the rest of custom SQL is the operator's).
+    custom: frozenset[str] | None = None
     _bodies: dict[int, Refs | str] = field(default_factory=dict)
     _trees: dict[tuple[str, int], TreeRefs] = field(default_factory=dict)
     _verdicts: dict[int, tuple[str, str] | None] = field(default_factory=dict)

@@ -276,6 +276,7 @@ class GuardState:
     trusted_roles: tuple[str, ...] = ()
     allow_foreign_tables: bool = False
     allow_open_schema_code: bool = False
+    custom: frozenset[str] | None = None  # see Judge.custom
     judge: Judge = field(default_factory=lambda: Judge(Catalog()))
     relations: Relations = field(default_factory=Relations)
     _plans: OrderedDict[tuple[Refs, int, int], _Checked] = field(default_factory=OrderedDict)
@@ -500,6 +501,7 @@ class GuardState:
                 catalog,
                 allow_foreign_tables=self.allow_foreign_tables,
                 allow_open_schema_code=self.allow_open_schema_code,
+                custom=self.custom,
             )
             # Which built-ins are clean depends only on the built-ins and on the user rows of
             # the small catalogs (an operator family a superuser extended): reuse it.

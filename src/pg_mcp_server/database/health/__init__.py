@@ -7,6 +7,7 @@ never anything changed (a finding's fix is text for the user).
 - `checks`: the runner (each check in its own savepoint) and the answer budget.
 - `statements`: the top queries of pg_stat_statements.
 - `advice`: index advice for one query, each candidate measured with HypoPG.
+- `workload`: index advice for a workload, greedy under a size budget.
 
 The rest of the server imports these names from here (the face); the modules are
 imported on first use, so importing one part does not load the others."""
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
         SORTS as SORTS,
         top_queries as top_queries,
     )
+    from pg_mcp_server.database.health.workload import (
+        MAX_QUERIES as MAX_QUERIES,
+        advise_workload as advise_workload,
+    )
 
 __getattr__ = face(
     __name__,
@@ -43,5 +48,6 @@ __getattr__ = face(
         "checks": ["CHECKS", "PER_CHECK", "run_checks", "within_budget"],
         "findings": ["Finding", "Outcome"],
         "statements": ["SORTS", "top_queries"],
+        "workload": ["MAX_QUERIES", "advise_workload"],
     },
 )

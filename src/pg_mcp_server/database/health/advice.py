@@ -62,7 +62,7 @@ MIN_GAIN = 0.1  # a candidate must lower the plan's cost by this share to be adv
 
 
 @dataclass
-class _Table:
+class Table:
     schema: str
     name: str
     columns: list[str]
@@ -106,27 +106,35 @@ class _Columns:
                 self.found.append((*name, "other"))
 
 
-def _statement_columns(sql: str) -> _Columns:
+def statement_columns(sql: str) -> _Columns:
     tree = sqltree.parse(sql)
     if tree is None:  # the guard judged it: it parses
         raise InvalidSqlError("The query could not be read.")
     return _Columns(tree)
 
 
-def _create_index(table: _Table, columns: list[str], how: str = "") -> str:
+def create_index(table: Table, columns: list[str], how: str = "") -> str:
     cols = ", ".join(quote_ident(c) for c in columns)
     name = f"{quote_ident(table.schema)}.{quote_ident(table.name)}"
     return f"CREATE INDEX {how}ON {name} ({cols})"
 
 
-async def _tables(conn: asyncpg.Connection, found: _Columns) -> list[_Table]:
+async def _tables(conn: asyncpg.Connection, found: _Columns) -> list[Table]:
+    return (await tables_of(conn, found))[0]
+
+
+async def tables_of(conn: asyncpg.Connection, found: _Columns) -> tuple[list[Table], bool]:
+    """The tables (and materialized views) a statement names, with the columns it compares
+    and orders by; and whether it names anything else (a view, a CTE), whose plan an index
+    on any table may change."""
     rows = await conn.fetch(COLUMNS, sorted(set(found.relations.values())))
     by_written = {r["name"]: r for r in rows if r["kind"] in ("r", "m", "p")}
-    tables: dict[str, _Table] = {}
+    opaque = any(w not in by_written for w in found.relations.values())
+    tables: dict[str, Table] = {}
     for alias, written in found.relations.items():
         r = by_written.get(written)
         if r is not None:
-            tables[alias] = tables.get(written) or _Table(
+            tables[alias] = tables.get(written) or Table(
                 r["schema"], r["table_name"], list(r["columns"])
             )
             tables[written] = tables[alias]
@@ -141,11 +149,11 @@ async def _tables(conn: asyncpg.Connection, found: _Columns) -> list[_Table]:
         target = owners[0].equal if kind == "equal" else owners[0].other
         if column not in target:
             target.append(column)
-    return unique
+    return unique, opaque
 
 
-def candidates(tables: list[_Table]) -> list[tuple[_Table, list[str]]]:
-    out: list[tuple[_Table, list[str]]] = []
+def candidates(tables: list[Table]) -> list[tuple[Table, list[str]]]:
+    out: list[tuple[Table, list[str]]] = []
     for table in tables:
         singles = [[c] for c in dict.fromkeys(table.equal + table.other)]
         out += [(table, cols) for cols in singles]
@@ -154,6 +162,21 @@ def candidates(tables: list[_Table]) -> list[tuple[_Table, list[str]]]:
         if len(combined) > 1:
             out.append((table, combined))
     return out[:MAX_CANDIDATES]
+
+
+async def hypopg_of(conn: asyncpg.Connection) -> asyncpg.Record:
+    """HypoPG's schema and version; the error that names the fix when it is not installed."""
+    found = await conn.fetchrow(FIND)
+    if found is None:
+        raise ExtensionMissingError(
+            "HypoPG is not installed in this database: index advice measures each candidate "
+            "as a hypothetical index with it.",
+            suggestion="Install the package (Debian: apt-get install postgresql-NN-hypopg, NN "
+            "the major version), then run CREATE EXTENSION hypopg; in this database (no "
+            "restart or preload needed).",
+            context={"extension": "hypopg", "installed": False},
+        )
+    return found
 
 
 async def advise(
@@ -170,16 +193,7 @@ async def advise(
     them. Inside the caller's read-only transaction (the guard's). `shapes` and `sensitive`
     as explain_query passes them: a plan that would tell a redacted column's values (its
     estimates) is refused here as there."""
-    found_ext = await conn.fetchrow(FIND)
-    if found_ext is None:
-        raise ExtensionMissingError(
-            "HypoPG is not installed in this database: index advice measures each candidate "
-            "as a hypothetical index with it.",
-            suggestion="Install the package (Debian: apt-get install postgresql-NN-hypopg, NN "
-            "the major version), then run CREATE EXTENSION hypopg; in this database (no "
-            "restart or preload needed).",
-            context={"extension": "hypopg", "installed": False},
-        )
+    found_ext = await hypopg_of(conn)
     hypopg = quote_ident(found_ext["schema"])
 
     async def cost() -> float:
@@ -199,11 +213,11 @@ async def advise(
         return float(result.estimated_cost or 0.0)
 
     before = await cost()  # the guard judges the query here, before anything else
-    tables = await _tables(conn, _statement_columns(sql))
+    tables = await _tables(conn, statement_columns(sql))
     measured = []
     try:
         for table, columns in candidates(tables):
-            create = _create_index(table, columns)
+            create = create_index(table, columns)
             await conn.execute(_SAVEPOINT)
             try:
                 row = await conn.fetchrow(
@@ -238,7 +252,7 @@ async def advise(
                 "cost_after": round(after, 2),
                 "improvement": round(before / after, 1) if after > 0 else None,
                 "estimated_size_bytes": size,
-                "create": _create_index(table, columns, "CONCURRENTLY ") + ";",
+                "create": create_index(table, columns, "CONCURRENTLY ") + ";",
             }
         )
     return {

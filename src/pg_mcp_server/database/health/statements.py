@@ -82,6 +82,24 @@ LIMIT $2
 """,
 )
 
+# The costliest statements of this database by total time (the same statement of several
+# roles counted once), with their whole text when it is at most $2 characters: the workload
+# of analyze_query_indexes(top_queries=N).
+WORKLOAD = statement(
+    "health.statements.WORKLOAD",
+    """
+SELECT s.queryid, pg_catalog.min(s.query) AS query, pg_catalog.sum(s.calls)::int8 AS calls,
+       pg_catalog.sum(s.total_exec_time) AS total_time_ms
+FROM pg_stat_statements s
+WHERE s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                WHERE d.datname = pg_catalog.current_database())
+  AND s.calls > 0 AND pg_catalog.length(s.query) <= $2
+GROUP BY s.queryid
+ORDER BY total_time_ms DESC, s.queryid
+LIMIT $1
+""",
+)
+
 _FIX = (
     "Set shared_preload_libraries = 'pg_stat_statements' in postgresql.conf (keep any "
     "libraries already listed) and restart PostgreSQL, then run CREATE EXTENSION "
@@ -114,6 +132,19 @@ def _missing(row: asyncpg.Record, why: str) -> ExtensionMissingError:
             "available": row["available"],
         },
     )
+
+
+async def costliest(conn: asyncpg.Connection, limit: int, chars: int) -> list[asyncpg.Record]:
+    """WORKLOAD's rows. Sets the transaction's search_path to find the view: call it under a
+    savepoint rolled back afterwards, so that the statements judged next see the caller's."""
+    found = await conn.fetchrow(FIND)
+    assert found is not None
+    if found["version"] is None:
+        raise _missing(found, "the extension is not installed in this database")
+    try:
+        return list(await conn.fetch(WORKLOAD, limit, chars))
+    except asyncpg.ObjectNotInPrerequisiteStateError:
+        raise _missing(found, "the library is not in shared_preload_libraries") from None
 
 
 async def top_queries(conn: asyncpg.Connection, sort_by: str, limit: int) -> dict[str, Any]:

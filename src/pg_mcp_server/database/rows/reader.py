@@ -12,6 +12,9 @@
    call again.
 
 Parameters are bound by the driver as the types PostgreSQL inferred (params.py), never spliced.
+
+Its size (~470 lines) is the one `Reader` those steps share (the guard's verdict, the budgets,
+redaction and the kept shapes travel together through one call), and the paged first answer.
 """
 
 from __future__ import annotations
