@@ -131,41 +131,53 @@ async def bed(pg: PgServer) -> AsyncIterator[Bed]:
 
 
 async def _answers(bed: Bed, tmp_path: Path, definitions: str, tool: str) -> str | None:
-    """The tool's answer as text, or None when the start refuses the file (also held)."""
+    """The tool's answer as text, or None when the start refuses the file (also held: its
+    check only parses, in transactions it rolls back, which take transaction IDs of their
+    own). Transaction IDs burnt by the call itself fail the test here."""
     path = write(tmp_path, definitions)
     settings = Settings.load(database={"dsn": bed.reader}, server={"custom_definitions": str(path)})
     try:
         async with Client(build_server(settings)) as client:
+            since = await next_xid_when_idle(bed.admin)
             result: Any = await client.call_tool(tool, {})
+            text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+            assert "PWNED" not in text, text
+            assert await bed.burnt_xids(since) == [], text
     except DefinitionsError as refused:
         assert "norm" in " ".join(refused.problems) or "public" in " ".join(refused.problems)
         return None
-    return json.dumps([c.text for c in result.content if hasattr(c, "text")])
+    return text
 
 
 CALLERS = {
     "sql_body": "SELECT n FROM app.people_norm() AS n",
     "plpgsql_body": "SELECT app.people_norm_pl() AS n",
     "no_arguments_in_public": "SELECT public.people_report() AS n",
-    "nested_own_path": "SELECT app.outer_count() AS n",
 }
 
 
 @pytest.mark.xfail(
     strict=True,
     reason="attack5 F1: custom/resolve.py checks only the called function's own schema and "
-    "search_path, never the qualified names in its body (public.norm(varchar) planted runs) "
-    "nor the search_path of the functions its body calls (F1b: public.= planted runs)",
+    "search_path, never the qualified names in its body: public.norm(varchar) planted runs",
 )
 @pytest.mark.parametrize("caller", sorted(CALLERS))
 async def test_custom_sql_never_runs_an_overload_planted_for_a_qualified_name_in_a_body(
     bed: Bed, tmp_path: Path, caller: str
 ) -> None:
-    since = await next_xid_when_idle(bed.admin)
     tool = f"tools:\n  - name: t\n    type: sql\n    sql: {CALLERS[caller]}\n"
-    answer = await _answers(bed, tmp_path, tool, "t")
-    assert answer is None or "PWNED" not in answer, answer
-    assert await bed.burnt_xids(since) == []
+    await _answers(bed, tmp_path, tool, "t")
+
+
+async def test_custom_sql_calling_a_body_that_calls_one_on_an_open_path_stops_the_start(
+    bed: Bed, tmp_path: Path
+) -> None:
+    """attack5 F1b (attack2 F13 one call deeper): custom SQL calls app.outer_count(), whose
+    body calls app.inner_count() with its own `SET search_path = public` and an unqualified
+    `=` on varchar; the planted public.=(varchar, varchar) ran at every call. Now the start
+    refuses the file (main 04cda17)."""
+    tool = "tools:\n  - name: t\n    type: sql\n    sql: SELECT app.outer_count() AS n\n"
+    assert await _answers(bed, tmp_path, tool, "t") is None
 
 
 PL_TOOLS = {
@@ -203,10 +215,7 @@ tools:
 async def test_pl_code_never_runs_an_overload_planted_for_a_qualified_name(
     bed: Bed, tmp_path: Path, kind: str
 ) -> None:
-    since = await next_xid_when_idle(bed.admin)
-    answer = await _answers(bed, tmp_path, PL_TOOLS[kind], "t")
-    assert answer is None or "PWNED" not in answer, answer
-    assert await bed.burnt_xids(since) == []
+    await _answers(bed, tmp_path, PL_TOOLS[kind], "t")
 
 
 async def test_execute_query_refuses_the_same_reads(bed: Bed) -> None:
@@ -254,16 +263,14 @@ async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_opera
     assert await bed.burnt_xids(since) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack5 F4: the guard never reads a PL/pgSQL body's declarations: `DECLARE v "
-    "label` on the function's own path with public picks the attacker's domain public.label "
-    "(planted before app.label on that path), whose CHECK runs at the assignment",
-)
 @pytest.mark.parametrize("tool", ["execute_query", "explain_query"])
 async def test_a_declared_type_in_a_body_on_an_open_path_never_takes_a_planted_domain(
     bed: Bed, tool: str
 ) -> None:
+    """attack5 F4: the guard did not read a PL/pgSQL body's declarations: `DECLARE v label`
+    on the function's own path with public took the attacker's domain public.label (before
+    app.label on that path), whose CHECK ran at the assignment. Now every body that resolves
+    names at run time on such a path is refused (main f4f2f7c)."""
     arguments: dict[str, Any] = {"sql": "SELECT app.shout('hi') AS s"}
     if tool == "explain_query":
         arguments["analyze"] = True
@@ -273,6 +280,7 @@ async def test_a_declared_type_in_a_body_on_an_open_path_never_takes_a_planted_d
         result = await client.call_tool(tool, arguments)
     text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
     assert "PWNED" not in text, text
+    assert result.is_error and "open_schema_body" in text, text
     assert await bed.burnt_xids(since) == []
 
 
