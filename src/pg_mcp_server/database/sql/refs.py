@@ -276,6 +276,10 @@ def refs_of(tree: dict[str, Any]) -> Refs:
                 operator(names(value.get("operName", [])) or ["="], False)
         elif key == "CaseExpr" and "arg" in value:
             operators.add((None, "=", False))
+        elif key == "JoinExpr" and (value.get("usingClause") or value.get("isNatural")):
+            # PostgreSQL compares the joined columns with `=`, looked up where no name is
+            # written (attack5 F3: a body on a path with an open schema ran a planted one).
+            operators.add((None, "=", False))
         elif key == "SortBy" and "useOp" in value:
             operator(names(value["useOp"]), False)
         elif key in ("TypeName", "typeName"):  # a typed field has no node wrapper
