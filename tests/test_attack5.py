@@ -156,17 +156,16 @@ CALLERS = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack5 F1: custom/resolve.py checks only the called function's own schema and "
-    "search_path, never the qualified names in its body: public.norm(varchar) planted runs",
-)
 @pytest.mark.parametrize("caller", sorted(CALLERS))
 async def test_custom_sql_never_runs_an_overload_planted_for_a_qualified_name_in_a_body(
     bed: Bed, tmp_path: Path, caller: str
 ) -> None:
+    """attack5 F1: custom SQL calling a function whose body names public.norm(...) ran the
+    public.norm(varchar) planted beside it at every call (resolve.py judged only the
+    functions custom SQL calls itself). The start now refuses the file: the guard's walk,
+    asked of custom SQL, follows the bodies (open_schema_code)."""
     tool = f"tools:\n  - name: t\n    type: sql\n    sql: {CALLERS[caller]}\n"
-    await _answers(bed, tmp_path, tool, "t")
+    assert await _answers(bed, tmp_path, tool, "t") is None
 
 
 async def test_custom_sql_calling_a_body_that_calls_one_on_an_open_path_stops_the_start(
@@ -310,20 +309,23 @@ async def extension_in_public(pg: PgServer) -> AsyncIterator[str]:
         await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack5 F6: run_path's first walk reads asyncpg's type-lookup query with every "
-    "statement; its unqualified =, <>, > have trusted candidates in public (the extension's, "
-    "whatever their argument types), which keeps public on the path: every statement is "
-    "refused open_schema_code, SELECT 1 included (and `id = 1` keeps it by itself: candidates "
-    "are not matched by argument types)",
-)
 async def test_an_extension_in_an_open_public_does_not_refuse_every_statement(
     extension_in_public: str,
 ) -> None:
+    """attack5 F6: the driver's type lookup (read with every statement) has unqualified =, <>,
+    > whose candidates include citext's in public, which kept public on every statement's
+    path, so every statement was refused, SELECT 1 included. The lookup keeps no schema now
+    (it means pg_catalog's operators; with public left off, nothing there can take it over).
+    A statement's own `=` still does: the guard cannot tell `id = 1` from `email = 'x'` on a
+    citext column without types, and leaving public off would silently compare the latter as
+    text; so it is refused with the fix, as docs/security.md says (a decision, not a bug)."""
     settings = Settings.load(database={"dsn": extension_in_public})
     async with Client(build_server(settings)) as client:
-        for sql in ("SELECT 1 AS one", "SELECT id FROM public.items WHERE id = 1"):
-            result = await client.call_tool("execute_query", {"sql": sql})
-            text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
-            assert not result.is_error, text
+        result = await client.call_tool("execute_query", {"sql": "SELECT 1 AS one"})
+        text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+        assert not result.is_error, text
+        sql = "SELECT id FROM public.items WHERE id = 1"
+        result = await client.call_tool("execute_query", {"sql": sql})
+        text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
+        assert result.is_error and "open_schema_code" in text, text
+        assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in text, text

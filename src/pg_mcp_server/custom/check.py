@@ -42,8 +42,9 @@ from pg_mcp_server.errors import PgMcpError
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)
-# What the guard's walk is asked of custom SQL (see _Checker._bodies).
-_BODY_RULES = frozenset({"open_schema_body"})
+# What the guard's walk is asked of custom SQL (see _Checker._bodies): bodies on a path with
+# an open schema, and names that bodies look up in one (attack5 F1).
+_BODY_RULES = frozenset({"open_schema_body", "open_schema_code"})
 
 # Languages code may be written in (C and internal functions are not code of the file).
 LANGUAGES = statement(
@@ -236,9 +237,11 @@ class _Checker:
     async def _bodies(self, sql: str, what: str) -> None:
         """Refuse `sql` (as it will run) when it reaches, through the functions it calls and
         theirs, a body that PostgreSQL resolves when it runs on a search path with an open
-        schema (a function's own SET search_path): what the guard refuses as
-        `open_schema_body`, for every statement it judges (resolve.py sees the functions
-        custom SQL calls, not the ones their bodies call)."""
+        schema (a function's own SET search_path), or that names a function or operator of
+        one (`public.norm(x)`): what the guard refuses as `open_schema_body` and
+        `open_schema_code` for every statement it judges (resolve.py sees the functions custom
+        SQL calls, not what their bodies call). MCP_ALLOW_OPEN_SCHEMA_CODE allows the names
+        bodies look up in an open schema, as it does for statements."""
         try:
             async with self.conn.transaction(readonly=True):
                 await self.bodies.check(sql, self.conn)
@@ -283,7 +286,10 @@ async def check(
                 ", ".join(left_out),
             )
         bodies = SqlGuard(
-            strict_comments=False, trusted_roles=tuple(trusted or ()), custom=_BODY_RULES
+            strict_comments=False,
+            trusted_roles=tuple(trusted or ()),
+            allow_open_schema_code=allow_open_code,
+            custom=_BODY_RULES,
         )
         checker = _Checker(defs, conn, roles, path, left_out, allow_open_code, bodies)
         languages = {r["lanname"] for r in await conn.fetch(LANGUAGES)}

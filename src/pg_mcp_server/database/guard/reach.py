@@ -180,7 +180,12 @@ def run_path(judge: Judge, refs: Refs, relations: Relations) -> RunPath:
         return RunPath(tuple(nsp for nsp in c.path if nsp not in open_here))
     scout = _Walk(judge, relations, c.path, scout=set(open_here))
     scout.names(refs, None, c.path)
+    # The driver's type lookup means pg_catalog's operators (it compares oids and integers):
+    # an extension's `=` in an open schema keeps nothing for it (attack5 F6), and left off,
+    # the schema cannot take the lookup over.
+    scout.driver = True
     scout.names(_driver_lookup(), (DRIVER, 0), c.path)
+    scout.driver = False
     scout.run()
     if not judge.allow_open_schema_code:
         scout.kept = set(scout.kept_for)
@@ -262,6 +267,8 @@ class _Walk:
         self.scout = scout
         self.kept: set[int] = set()
         self.kept_for: dict[int, set[str]] = {}  # ... and by which names (resolved ones)
+        self.driver = False  # walking the driver's type lookup's names (see run_path)
+        self.bodies = 0  # how deep in function bodies the names being walked are
         # The statement's relation and type names found first in an open schema: qualified
         # with it rather than keeping it (see run_path).
         self.qualify: dict[tuple[str, str], int] = {}
@@ -419,7 +426,7 @@ class _Walk:
         path (`schema` None) or named with its schema: see `run_path`."""
         if trusted and schema is None and self.scout is not None and nsp in self.scout:
             self.kept.add(nsp)
-            if name is not None:
+            if name is not None and not self.driver:
                 self.kept_for.setdefault(nsp, set()).add(name)
 
     def open_lookup(self, nsp: int, name: str) -> None:
@@ -430,6 +437,8 @@ class _Walk:
         MCP_ALLOW_OPEN_SCHEMA_CODE it is refused. run_path's first walk judges nothing."""
         if self.scout is not None or self.judge.allow_open_schema_code:
             return
+        if self.judge.custom is not None and not self.bodies:
+            return  # custom SQL's own names are custom/resolve.py's to judge
         if nsp in self.c.open_schemas and self.record is None:
             self.refuse_open({nsp: {name}}, "names")
 
@@ -750,7 +759,11 @@ class _Walk:
         if isinstance(body, Refs):  # its naming calls are refused by their own verdict
             path = self.judge.function_path(f, self.path)
             self.body_path(path, obj)  # (its refusal says more than the names')
-            self.names(body, obj, path)
+            self.bodies += 1
+            try:
+                self.names(body, obj, path)
+            finally:
+                self.bodies -= 1
         for g in (f.support, *f.aggregate):
             self.add((FUNCTION, g), obj)
         self.add((OPERATOR, f.sort_operator), obj)
