@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 import pytest_asyncio
 from customdefs import write
@@ -285,8 +286,9 @@ async def test_a_declared_type_in_a_body_on_an_open_path_never_takes_a_planted_d
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def extension_in_public(pg: PgServer) -> AsyncIterator[str]:
-    """A database where a trusted extension (citext, as pgvector, hstore or ltree would) is
-    installed in `public`, which has legacy CREATE rights: the reader's DSN."""
+    """A database where a trusted extension that defines `=` (citext, or pgvector where this
+    PostgreSQL has no citext: the pgserver wheel) is installed in `public`, which has legacy
+    CREATE rights: the reader's DSN."""
     db = await pg.create_database("attack5_ext")
     tag = secrets.token_hex(4)
     atk, reader = f"atk5x_{tag}", f"atk5x_reader_{tag}"
@@ -296,12 +298,21 @@ async def extension_in_public(pg: PgServer) -> AsyncIterator[str]:
         CREATE ROLE {atk} LOGIN;
         CREATE ROLE {reader} LOGIN;
         GRANT CREATE, USAGE ON SCHEMA public TO {atk};
-        CREATE EXTENSION citext SCHEMA public;
         CREATE TABLE public.items (id int PRIMARY KEY, code varchar(10));
         INSERT INTO public.items VALUES (1, 'x');
         GRANT SELECT ON public.items TO {reader};
         """,
     )
+    for extension in ("citext", "vector", None):
+        if extension is None:
+            await pg.drop_database(db.name)
+            await execute(pg.admin_dsn, f"DROP ROLE {atk}; DROP ROLE {reader}")
+            pytest.skip(f"this PostgreSQL ({pg.source}) has neither citext nor pgvector")
+        try:
+            await execute(db.dsn, f"CREATE EXTENSION {extension} SCHEMA public")
+            break
+        except asyncpg.FeatureNotSupportedError:
+            continue
     try:
         yield as_role(db.dsn, reader)
     finally:
