@@ -110,6 +110,16 @@ def parse_select(
         )
     if strict_comments:
         _check_comments(sql)
+    long = sqltree.long_identifier(sql)
+    if long is not None:
+        raise InvalidSqlError(
+            f"The identifier {long[:80]} is longer than PostgreSQL keeps "
+            f"({sqltree.NAME_BYTES} bytes): the guard and the database could read it as "
+            "different names.",
+            suggestion=f"Write the name as PostgreSQL stores it: its first "
+            f"{sqltree.NAME_BYTES} bytes.",
+            context={"rule": "long_identifier"},
+        )
     try:
         tree = sqltree.loads(parser.parse_sql_json(sql))
     except parser.ParseError as exc:

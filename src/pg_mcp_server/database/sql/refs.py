@@ -157,6 +157,8 @@ def select_refs(sql: str) -> Refs | str:
     tree = sqltree.parse(sql)
     if tree is None:
         return "is not SQL the guard can parse"
+    if sqltree.long_identifier(sql) is not None:
+        return f"names an identifier longer than PostgreSQL keeps ({sqltree.NAME_BYTES} bytes)"
     refs = refs_of(tree)
     if refs.statements != {"SelectStmt"}:
         return "is not a SELECT"

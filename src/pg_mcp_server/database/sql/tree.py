@@ -24,6 +24,31 @@ def loads(text: str) -> dict[str, Any]:
     return tree
 
 
+# NAMEDATALEN - 1: the bytes of an identifier PostgreSQL keeps.
+NAME_BYTES = 63
+
+
+def long_identifier(sql: str) -> str | None:
+    """The first identifier in `sql` longer than PostgreSQL keeps (63 bytes), as written, if
+    any. pglast cuts such a name at 63 bytes of UTF-8, PostgreSQL at 63 bytes of the
+    database's encoding: in a database that is not UTF-8 (LATIN1: `é` is one byte) the two
+    keep different names, and the guard would judge another object than PostgreSQL reads
+    (attack6). A Unicode-escaped name (U&"...") is measured as written."""
+    try:
+        tokens = parser.scan(sql)
+    except parser.ParseError:
+        return None  # the parse that follows says why
+    for token in tokens:
+        if token.name not in ("IDENT", "UIDENT"):
+            continue
+        text = sql[token.start : token.end + 1]
+        quoted = token.name == "IDENT" and text.startswith('"')
+        value = text[1:-1].replace('""', '"') if quoted else text
+        if len(value.encode()) > NAME_BYTES:
+            return text
+    return None
+
+
 def parse(sql: str) -> dict[str, Any] | None:
     """The parse tree of `sql`, or None when it does not parse (or nests too deeply)."""
     try:
