@@ -155,3 +155,37 @@ async def test_the_workload_advisor_judges_a_view_named_like_a_with_query(
     (query,) = out["queries"]
     assert "pwned" not in str(query), f"bypass: the attacker's function ran: {query}"
     assert "refused" in query, query
+
+
+# crosstab runs the SQL text it is given: the guard reads that text with select_refs, where
+# the same cut names make the FROM item the WITH query.
+CROSSTAB_SQL = (
+    f"WITH \"{WITH_NAME}\" AS (SELECT 1 AS n, 'cte' AS who) "
+    f"SELECT 'r'::text, 'c'::text, who FROM \"{VIEW_NAME}\""
+)
+CROSSTAB = "SELECT * FROM crosstab({}) AS ct(r text, c text)".format(
+    "'" + CROSSTAB_SQL.replace("'", "''") + "'"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack6: refs.py compares WITH and FROM names as pglast cut them (63 bytes of "
+    "UTF-8); PostgreSQL cuts them in the database's encoding. crosstab's SQL argument is "
+    "judged by select_refs and run by crosstab as written (the deparse of the outer "
+    "statement keeps the string): in a LATIN1 database PostgreSQL reads the view there and "
+    "runs the attacker's function as the server's role",
+)
+async def test_crosstab_sql_judges_a_view_named_like_a_with_query(latin1: Bed) -> None:
+    available = await fetch(
+        latin1.admin, "SELECT 1 FROM pg_available_extensions WHERE name = 'tablefunc'"
+    )
+    if not available:
+        pytest.skip("tablefunc is not available on this server")
+    await execute(latin1.admin, "CREATE EXTENSION IF NOT EXISTS tablefunc")
+    async with connect(latin1.reader) as client:
+        result = await client.call_tool("execute_query", {"sql": CROSSTAB})
+    body = result.structured_content
+    assert "pwned" not in str(body), f"bypass: the attacker's function ran: {body}"
+    assert result.is_error and isinstance(body, dict), body
+    assert body["error"]["context"].get("rule") == "untrusted_owner", body
