@@ -9,6 +9,14 @@ to the same 63 bytes) and two names to PostgreSQL (63 LATIN1 bytes each, nothing
 guard then takes the second for the WITH query and judges nothing, while PostgreSQL reads
 the relation of that name: here a view of a role that is not trusted, which runs that
 role's function as the server's role.
+
+execute_query and explain_query are not exposed: they run the statement written back from
+pglast's tree, with the cut names. What runs the caller's text as given is: crosstab's SQL
+argument (a string constant, judged by select_refs), and the workload advisor, which
+prepares and plans each statement of queries=[...] as given (an IMMUTABLE function is run
+by the planner to fold it). The root cause needs no WITH: any name longer than 63 UTF-8
+bytes is looked up by the guard as pglast cut it, and by PostgreSQL as the database's
+encoding cuts it (test_the_workload_advisor_judges_a_view_whose_name_pglast_cuts).
 """
 
 from __future__ import annotations
@@ -189,3 +197,22 @@ async def test_crosstab_sql_judges_a_view_named_like_a_with_query(latin1: Bed) -
     assert "pwned" not in str(body), f"bypass: the attacker's function ran: {body}"
     assert result.is_error and isinstance(body, dict), body
     assert body["error"]["context"].get("rule") == "untrusted_owner", body
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack6: the root cause needs no WITH: the guard looks a 64-byte UTF-8 relation "
+    "name up as pglast cut it (63 bytes of UTF-8), finds nothing there and leaves it to "
+    "PostgreSQL to report; in a LATIN1 database PostgreSQL keeps the whole name, finds "
+    "the attacker's view, and the workload advisor's plan of the caller's text runs its "
+    "function as the server's role",
+)
+async def test_the_workload_advisor_judges_a_view_whose_name_pglast_cuts(
+    latin1_hypo: Bed,
+) -> None:
+    sql = f'SELECT n, who FROM "{VIEW_NAME}"'
+    async with connect(latin1_hypo.reader) as client:
+        out = await call(client, "analyze_query_indexes", queries=[sql])
+    (query,) = out["queries"]
+    assert "pwned" not in str(query), f"bypass: the attacker's function ran: {query}"
+    assert "refused" in query, query
