@@ -17,6 +17,9 @@ prepares and plans each statement of queries=[...] as given (an IMMUTABLE functi
 by the planner to fold it). The root cause needs no WITH: any name longer than 63 UTF-8
 bytes is looked up by the guard as pglast cut it, and by PostgreSQL as the database's
 encoding cuts it (test_the_workload_advisor_judges_a_view_whose_name_pglast_cuts).
+
+Fixed by refusing any identifier over 63 bytes (sql/tree.long_identifier), in statements and
+in SQL a function runs from a string; these tests failed before that (they were strict xfails).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 import pytest_asyncio
-from mcpclient import call, connect, execute, fetch, records
+from mcpclient import call, call_error, connect, execute, fetch
 from pgbed import PG15_BINDIR, PgServer, quote_ident, with_database
 from pgcluster import LocalCluster
 
@@ -132,29 +135,21 @@ async def test_postgresql_reads_the_view_in_a_latin1_database(latin1: Bed) -> No
         await fetch(latin1.reader, STATEMENT)
 
 
-async def test_tools_that_run_the_statement_as_pglast_wrote_it_read_the_with_query(
-    latin1: Bed,
-) -> None:
-    """execute_query, explain_query and analyze_query_indexes(sql=...) run the statement
-    written back from pglast's tree, where both names are the same cut name: PostgreSQL
-    reads the WITH query there (the guard's reading), never the view."""
+async def test_tools_refuse_a_name_longer_than_postgresql_keeps(latin1: Bed) -> None:
+    """The fix: an identifier over 63 bytes is refused before anything else is judged, so the
+    guard never reads a name otherwise than PostgreSQL does (execute_query and explain_query
+    ran the statement written back from pglast's tree, which read the WITH query; the
+    paths below ran the caller's text)."""
     async with connect(latin1.reader) as client:
-        out = await call(client, "execute_query", sql=STATEMENT)
-        assert records(out) == [{"n": 1, "who": "cte"}]
-        for analyze in (False, True):
-            plan = await call(client, "explain_query", sql=STATEMENT, analyze=analyze)
-            assert "pwned" not in str(plan), plan
+        for tool, arguments in (
+            ("execute_query", {"sql": STATEMENT}),
+            ("explain_query", {"sql": STATEMENT, "analyze": True}),
+        ):
+            body = await call_error(client, tool, **arguments)
+            assert body["error"]["context"]["rule"] == "long_identifier", body
+            assert "pwned" not in str(body), body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack6: refs.py compares WITH and FROM names as pglast cut them (63 bytes of "
-    "UTF-8); PostgreSQL cuts them in the database's encoding. In a LATIN1 database a view "
-    "named like a WITH query up to the 63rd UTF-8 byte is not judged, and the workload "
-    "advisor (analyze_query_indexes queries=[...]) plans the caller's text as given "
-    "(workload._Planner.cost: PREPARE of query.judged): PostgreSQL reads the view there, "
-    "and folding its IMMUTABLE function runs the attacker's code as the server's role",
-)
 async def test_the_workload_advisor_judges_a_view_named_like_a_with_query(
     latin1_hypo: Bed,
 ) -> None:
@@ -176,14 +171,6 @@ CROSSTAB = "SELECT * FROM crosstab({}) AS ct(r text, c text)".format(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack6: refs.py compares WITH and FROM names as pglast cut them (63 bytes of "
-    "UTF-8); PostgreSQL cuts them in the database's encoding. crosstab's SQL argument is "
-    "judged by select_refs and run by crosstab as written (the deparse of the outer "
-    "statement keeps the string): in a LATIN1 database PostgreSQL reads the view there and "
-    "runs the attacker's function as the server's role",
-)
 async def test_crosstab_sql_judges_a_view_named_like_a_with_query(latin1: Bed) -> None:
     available = await fetch(
         latin1.admin, "SELECT 1 FROM pg_available_extensions WHERE name = 'tablefunc'"
@@ -196,17 +183,11 @@ async def test_crosstab_sql_judges_a_view_named_like_a_with_query(latin1: Bed) -
     body = result.structured_content
     assert "pwned" not in str(body), f"bypass: the attacker's function ran: {body}"
     assert result.is_error and isinstance(body, dict), body
-    assert body["error"]["context"].get("rule") == "untrusted_owner", body
+    # The SQL in the string names an identifier over 63 bytes: it cannot be read as
+    # PostgreSQL would, so crosstab is refused as for SQL that is not a constant SELECT.
+    assert body["error"]["code"] == "WRITE_OPERATION_DENIED", body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack6: the root cause needs no WITH: the guard looks a 64-byte UTF-8 relation "
-    "name up as pglast cut it (63 bytes of UTF-8), finds nothing there and leaves it to "
-    "PostgreSQL to report; in a LATIN1 database PostgreSQL keeps the whole name, finds "
-    "the attacker's view, and the workload advisor's plan of the caller's text runs its "
-    "function as the server's role",
-)
 async def test_the_workload_advisor_judges_a_view_whose_name_pglast_cuts(
     latin1_hypo: Bed,
 ) -> None:
