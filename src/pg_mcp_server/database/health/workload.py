@@ -58,7 +58,7 @@ from pg_mcp_server.database.pool import (
     transaction_of,
     translate,
 )
-from pg_mcp_server.database.rows import Shapes, judge_hidden, mask_query, scrubbed
+from pg_mcp_server.database.rows import Shapes, judge_hidden, mask_query, rewrite, scrubbed
 from pg_mcp_server.database.sql import statement, tree as sqltree
 from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError
 
@@ -92,7 +92,7 @@ class _Query:
     sql: str
     weight: int = 1  # calls, for a pg_stat_statements statement
     queryid: str | None = None
-    judged: str = ""  # as the guard returns it (names qualified where needed)
+    judged: str = ""  # as the guard judged it, written back from its parse tree
     params: int = 0
     tables: set[tuple[str, str]] = field(default_factory=set)
     opaque: bool = False
@@ -229,7 +229,10 @@ async def _judge(
     reads_sensitive = False
     await conn.execute(_STEP)
     try:
-        query.judged = await guard.check(query.sql, conn)
+        # Planned as written back from the parse tree the guard judged (as explain_query
+        # and execute_query run it), never as the caller typed it: where the two could read
+        # a name apart (attack6), what is planned is what was judged.
+        query.judged = rewrite.deparse(rewrite.parse(await guard.check(query.sql, conn)))
         reads_sensitive = shapes is not None and await judge_hidden(
             conn, shapes, query.judged, sensitive, guard.state.relations.generation
         )
