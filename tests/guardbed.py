@@ -346,20 +346,25 @@ class Bed:
         return await next_xid_when_idle(self.dsn)
 
     async def burnt_xids(self, since: int) -> list[int]:
-        """Transaction IDs from `since` on that were assigned and rolled back: only the server
-        under test rolls back (every other session here commits or assigns none)."""
-        until = await self.next_xid()
-        conn = await asyncpg.connect(self.dsn)
-        try:
-            rows = await conn.fetch(
-                "SELECT x FROM generate_series($1::bigint, $2::bigint - 1) x "
-                "WHERE pg_catalog.pg_xact_status(x::text::xid8) <> 'committed'",
-                since,
-                until,
-            )
-        finally:
-            await conn.close()
-        return [r["x"] for r in rows]
+        return await burnt_xids(self.dsn, since)
+
+
+async def burnt_xids(dsn: str, since: int) -> list[int]:
+    """Transaction IDs from `since` on that were assigned and not committed, once the server
+    under test is idle: only the server rolls back in the test beds (every other session
+    there commits or assigns none)."""
+    until = await next_xid_when_idle(dsn)
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT x FROM generate_series($1::bigint, $2::bigint - 1) x "
+            "WHERE pg_catalog.pg_xact_status(x::text::xid8) <> 'committed'",
+            since,
+            until,
+        )
+    finally:
+        await conn.close()
+    return [r["x"] for r in rows]
 
 
 def planter_role() -> str:

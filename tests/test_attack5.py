@@ -24,9 +24,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from customdefs import write
-from guardbed import next_xid_when_idle
+from guardbed import burnt_xids, next_xid_when_idle
 from mcp import Client
-from mcpclient import execute, fetch
+from mcpclient import execute
 from pgbed import PgServer
 
 from pg_mcp_server.config import Settings
@@ -107,15 +107,7 @@ class Bed:
     reader: str
 
     async def burnt_xids(self, since: int) -> list[int]:
-        until = await next_xid_when_idle(self.admin)
-        rows = await fetch(
-            self.admin,
-            "SELECT x FROM generate_series($1::bigint, $2::bigint - 1) x "
-            "WHERE pg_catalog.pg_xact_status(x::text::xid8) <> 'committed'",
-            since,
-            until,
-        )
-        return [r["x"] for r in rows]
+        return await burnt_xids(self.admin, since)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -27,9 +27,9 @@ import asyncpg
 import pytest
 import pytest_asyncio
 from eventually import eventually
-from guardbed import next_xid_when_idle
+from guardbed import burnt_xids, next_xid_when_idle
 from mcp import Client
-from mcpclient import call, call_error, execute, fetch, records
+from mcpclient import call, call_error, execute, records
 from pgbed import PgServer
 from wire import pgbouncer
 
@@ -96,17 +96,7 @@ class Bed:
     database: str
 
     async def burnt_xids(self, since: int) -> list[int]:
-        """Transaction IDs from `since` on that were taken and not committed: only the
-        server's transactions roll back here."""
-        until = await next_xid_when_idle(self.admin)
-        rows = await fetch(
-            self.admin,
-            "SELECT x FROM generate_series($1::bigint, $2::bigint - 1) x "
-            "WHERE pg_catalog.pg_xact_status(x::text::xid8) <> 'committed'",
-            since,
-            until,
-        )
-        return [r["x"] for r in rows]
+        return await burnt_xids(self.admin, since)
 
     async def next_xid(self) -> int:
         return await next_xid_when_idle(self.admin)
