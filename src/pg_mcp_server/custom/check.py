@@ -250,6 +250,8 @@ class _Checker:
                 raise _Bad(f"{what}: {exc.message} {exc.suggestion}") from None
             # Anything else the guard would say is not for custom SQL to hear (its SQL is the
             # operator's): the check above is all this is for.
+        except asyncpg.PostgresError as exc:  # (what PostgreSQL says of it comes next)
+            logger.debug("custom definitions: %s: the guard's walk stopped: %s", what, exc)
 
     async def completion(self, argument: str, sql: str | None) -> None:
         if sql is None:
