@@ -142,6 +142,10 @@ async def test_trusted_roles_setting_trusts_that_roles_functions(
     dsn, role = planted
     sql = "SELECT planter.double(21) AS v"
     async with connect(dsn) as client:
+        # The planter owns the function and its schema: named there, it is refused as code of
+        # a schema a role that is not trusted may create in (before its owner is judged).
+        await refused(client, sql, "open_schema_code", "statement")
+    async with connect(dsn, allow_open_schema_code=True) as client:
         await refused(client, sql, "untrusted_owner", "planter.double")
     async with connect(dsn, trusted_roles=f"other, {role}") as client:
         assert records(await call(client, "execute_query", sql=sql)) == [{"v": 42}]

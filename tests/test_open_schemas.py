@@ -345,6 +345,33 @@ async def test_by_default_code_of_an_open_schema_is_refused(bed: Bed) -> None:
         assert await bed.burnt_xids(since) == []
 
 
+async def test_code_of_an_open_schema_off_the_path_is_refused_too(bed: Bed) -> None:
+    """A schema on no search path is looked in only when a statement names it; where a role
+    that is not trusted may create objects (here: CREATE granted to PUBLIC), a function named
+    there is refused by default as in public, and served once the schema is closed."""
+    reader = bed.reader.split("://", 1)[1].split("@", 1)[0]
+    await execute(
+        bed.admin,
+        "CREATE SCHEMA offpath; GRANT USAGE, CREATE ON SCHEMA offpath TO PUBLIC; "
+        "CREATE FUNCTION offpath.twice(int) RETURNS int IMMUTABLE LANGUAGE sql "
+        f"AS 'SELECT $1 * 2'; GRANT EXECUTE ON FUNCTION offpath.twice(int) TO {reader}",
+    )
+    sql = "SELECT offpath.twice(21) AS v"
+    try:
+        async with server(bed.reader) as client:
+            body = await call_error(client, "execute_query", sql=sql)
+            assert body["error"]["context"]["rule"] == "open_schema_code", body
+            assert "of schema offpath" in body["error"]["message"], body
+            assert "(PUBLIC)" in body["error"]["message"], body
+        async with server(bed.reader, open_code=True) as client:
+            assert records(await call(client, "execute_query", sql=sql)) == [{"v": 42}]
+        await execute(bed.admin, "REVOKE CREATE ON SCHEMA offpath FROM PUBLIC")
+        async with server(bed.reader) as client:
+            assert records(await call(client, "execute_query", sql=sql)) == [{"v": 42}]
+    finally:
+        await execute(bed.admin, "DROP SCHEMA offpath CASCADE")
+
+
 async def test_a_trusted_function_in_the_open_schema(bed: Bed) -> None:
     """With MCP_ALLOW_OPEN_SCHEMA_CODE (the risk accepted): a name with a trusted candidate
     in public keeps public on the statement's path. A

@@ -296,6 +296,19 @@ _CREATOR = f"""NOT r.rolsuper AND r.oid >= {USER_OID}
 CREATORS = f"""(
     SELECT pg_catalog.json_agg(pg_catalog.json_build_array(r.oid::bigint, r.rolname))
     FROM pg_catalog.pg_roles r WHERE {_CREATOR})"""
+# For a schema off every path, only a statement that names it looks there: its owner and
+# the roles its ACL grants CREATE (0: PUBLIC), without their members, which is enough, as a
+# role another role may act as is not trusted (TRUSTED_ROLES). A statement that names a
+# function or operator of such a schema is refused when one of them is not (reach.open_lookup).
+_DIRECT_CREATORS = f"""(
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_array(c.oid::bigint, c.name))
+    FROM (SELECT n.nspowner AS oid, pg_catalog.pg_get_userbyid(n.nspowner)::text AS name
+          WHERE n.nspowner >= {USER_OID}
+          UNION
+          SELECT a.grantee, CASE WHEN a.grantee = 0::pg_catalog.oid THEN 'PUBLIC'
+                                 ELSE pg_catalog.pg_get_userbyid(a.grantee)::text END
+          FROM pg_catalog.aclexplode(n.nspacl) a
+          WHERE a.privilege_type = 'CREATE') c)"""
 # The same as a condition on `n`, for statements of their own; `{{trusted}}`: an oid[].
 OPEN_SCHEMA = f"""EXISTS (SELECT FROM pg_catalog.pg_roles r
     WHERE {_CREATOR} AND r.oid <> ALL ({{trusted}}))"""
@@ -427,7 +440,9 @@ SELECT
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
       CASE WHEN n.nspname = ANY (pg_catalog.current_schemas(true))
-             OR n.nspname = ANY ({_CONFIGURED}) THEN {CREATORS} END))
+             OR n.nspname = ANY ({_CONFIGURED}) THEN {CREATORS} END,
+      CASE WHEN n.nspname <> ALL (pg_catalog.current_schemas(true))
+            AND n.nspname <> ALL ({_CONFIGURED}) THEN {_DIRECT_CREATORS} END))
    FROM pg_catalog.pg_namespace n) AS schemas,
   (SELECT pg_catalog.json_agg({_array(Function, _FUNCTION_COLUMNS)})
    FROM pg_catalog.pg_proc p
@@ -488,6 +503,9 @@ class Catalog:
     # not trusted may create objects -> those roles (see CREATORS): the guard leaves them out
     # of a statement's path where it can, and refuses a body resolving names in one.
     open_schemas: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    # ... and the other schemas where one may (see _DIRECT_CREATORS): only a statement that
+    # names them looks there.
+    open_elsewhere: dict[int, tuple[str, ...]] = field(default_factory=dict)
     functions: dict[int, Function] = field(default_factory=dict)
     functions_named: dict[str, list[Function]] = field(default_factory=dict)
     operators: dict[int, Operator] = field(default_factory=dict)
@@ -521,20 +539,22 @@ class Catalog:
         return catalog
 
     def _fill(self, row: asyncpg.Record) -> None:
-        schemas = rows(row["schemas"])  # (oid, name, usable, creators) each
-        self.schemas = {oid: name for oid, name, _, _ in schemas}
-        self.usable = {oid for oid, _, usable, _ in schemas if usable}
+        # (oid, name, usable, creators on a path, creators elsewhere) each
+        schemas = rows(row["schemas"])
+        self.schemas = {oid: name for oid, name, *_ in schemas}
+        self.usable = {oid for oid, _, usable, *_ in schemas if usable}
         self.schema_oids = {name: oid for oid, name in self.schemas.items()}
         self.role = row["role"]
         self.path_names = tuple(row["path"])
         self.path = tuple(self.schema_oids[n] for n in self.path_names if n in self.schema_oids)
         self.trusted_roles = tuple(row["trusted"])
-        for oid, _, _, creators in schemas:
-            untrusted = tuple(
-                name for role, name in creators or () if role not in self.trusted_roles
-            )
-            if untrusted:
-                self.open_schemas[oid] = untrusted
+        for oid, _, _, on_path, elsewhere in schemas:
+            for creators, found in ((on_path, self.open_schemas), (elsewhere, self.open_elsewhere)):
+                untrusted = tuple(
+                    name for role, name in creators or () if role not in self.trusted_roles
+                )
+                if untrusted:
+                    found[oid] = untrusted
         self.small = row["small"]
         for r in rows(row["functions"]):
             r[_AGGREGATE] = tuple(o for o in r[_AGGREGATE] or () if o)
