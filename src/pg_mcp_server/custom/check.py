@@ -38,7 +38,7 @@ from pg_mcp_server.custom.specs import (
 from pg_mcp_server.database.guard import SqlGuard
 from pg_mcp_server.database.pool import Database
 from pg_mcp_server.database.sql import statement
-from pg_mcp_server.errors import PgMcpError
+from pg_mcp_server.errors import InvalidSqlError, PgMcpError
 
 logger = logging.getLogger(__name__)
 _NAMED = 5  # objects a warning names (one bounded line)
@@ -244,12 +244,14 @@ class _Checker:
         bodies look up in an open schema, as it does for statements."""
         try:
             async with self.conn.transaction(readonly=True):
-                await self.bodies.check(sql, self.conn)
+                await self.bodies.check_reach(sql, self.conn)
+        except InvalidSqlError as exc:  # what it calls cannot be followed: refused too
+            raise _Bad(f"{what}: {exc.message} {exc.suggestion or ''}".rstrip()) from None
         except PgMcpError as exc:
             if (exc.context or {}).get("rule", "") in _BODY_RULES:
                 raise _Bad(f"{what}: {exc.message} {exc.suggestion}") from None
             # Anything else the guard would say is not for custom SQL to hear (its SQL is the
-            # operator's): the check above is all this is for.
+            # operator's; a catalog that kept changing or a lock wait is not a refusal).
         except asyncpg.PostgresError as exc:  # (what PostgreSQL says of it comes next)
             logger.debug("custom definitions: %s: the guard's walk stopped: %s", what, exc)
 

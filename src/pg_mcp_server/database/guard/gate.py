@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 from pglast import ast, parse_sql, parser, stream, visitors
 
+from pg_mcp_server.database.guard.reach import Plan
 from pg_mcp_server.database.guard.rules import RELATION, TYPE, Refusal
 from pg_mcp_server.database.guard.state import GuardState
 from pg_mcp_server.database.pool import Prelude
@@ -95,6 +96,19 @@ def _check_comments(sql: str) -> None:
                 )
 
 
+def _refuse_long_identifier(sql: str) -> None:
+    long = sqltree.long_identifier(sql)
+    if long is not None:
+        raise InvalidSqlError(
+            f"The identifier {long[:80]} is longer than PostgreSQL keeps "
+            f"({sqltree.NAME_BYTES} bytes): the guard and the database could read it as "
+            "different names.",
+            suggestion=f"Write the name as PostgreSQL stores it: its first "
+            f"{sqltree.NAME_BYTES} bytes.",
+            context={"rule": "long_identifier"},
+        )
+
+
 def parse_select(
     sql: str, *, position_offset: int = 0, strict_comments: bool = True
 ) -> ParsedSelect:
@@ -110,16 +124,7 @@ def parse_select(
         )
     if strict_comments:
         _check_comments(sql)
-    long = sqltree.long_identifier(sql)
-    if long is not None:
-        raise InvalidSqlError(
-            f"The identifier {long[:80]} is longer than PostgreSQL keeps "
-            f"({sqltree.NAME_BYTES} bytes): the guard and the database could read it as "
-            "different names.",
-            suggestion=f"Write the name as PostgreSQL stores it: its first "
-            f"{sqltree.NAME_BYTES} bytes.",
-            context={"rule": "long_identifier"},
-        )
+    _refuse_long_identifier(sql)
     try:
         tree = sqltree.loads(parser.parse_sql_json(sql))
     except parser.ParseError as exc:
@@ -301,25 +306,43 @@ class SqlGuard:
                 sql, position_offset=position_offset, strict_comments=self.strict_comments
             )
         plan = await self.state.plan(parsed.refs, conn)
-        refusal = plan.refusal
-        if refusal is None and plan.missing_types:
-            refusal = Refusal(
-                "unknown_object",
-                "uses a type the guard cannot find in the catalog",
-                (f"type {min(plan.missing_types)}",),
-            )
-        if refusal is not None:
-            raise WriteOperationDeniedError(
-                refusal.message,
-                suggestion=refusal.suggestion,
-                context={
-                    "rule": refusal.rule,
-                    "object": refusal.chain[0],
-                    "culprit": refusal.chain[-1],
-                    "via": list(refusal.chain),
-                },
-            )
+        _refuse(plan)
         return qualified_sql(sql, plan.qualified) if plan.qualified else sql
+
+    async def check_reach(self, sql: str, conn: asyncpg.Connection) -> None:
+        """What a statement of any kind reaches, judged (for custom SQL: Judge.custom; a
+        custom tool may write): raises as `check` does, InvalidSqlError when the statement
+        cannot be read as PostgreSQL reads it. `conn` is in a transaction."""
+        _refuse_long_identifier(sql)
+        tree = sqltree.parse(sql)
+        if tree is None:
+            raise InvalidSqlError(
+                "The guard cannot parse the statement (or it nests too deeply).",
+                context={"rule": "syntax"},
+            )
+        _refuse(await self.state.plan(refs_of(tree), conn))
 
     def where_clause(self, clause: str, from_sql: str) -> str:
         return check_where_clause(clause, from_sql, strict_comments=self.strict_comments)
+
+
+def _refuse(plan: Plan) -> None:
+    """Raise the refusal of `plan`, if any."""
+    refusal = plan.refusal
+    if refusal is None and plan.missing_types:
+        refusal = Refusal(
+            "unknown_object",
+            "uses a type the guard cannot find in the catalog",
+            (f"type {min(plan.missing_types)}",),
+        )
+    if refusal is not None:
+        raise WriteOperationDeniedError(
+            refusal.message,
+            suggestion=refusal.suggestion,
+            context={
+                "rule": refusal.rule,
+                "object": refusal.chain[0],
+                "culprit": refusal.chain[-1],
+                "via": list(refusal.chain),
+            },
+        )
