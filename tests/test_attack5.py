@@ -241,14 +241,9 @@ JOINS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(JOINS))
-async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_operator(
-    bed: Bed, case: str
-) -> None:
-    """attack5 F3: refs.py did not see the `=` that JOIN ... USING and NATURAL JOIN look up,
-    so a body on its own path with public, its names all qualified, passed open_schema_body
-    and ran the planted public.=(varchar, varchar). Now refused (open_schema_body)."""
-    tool, arguments = JOINS[case]
+async def _refused_as_open_schema_body(bed: Bed, tool: str, arguments: dict[str, Any]) -> None:
+    """`tool` refuses the call as open_schema_body, and nothing planted ran (no PWNED, no
+    transaction ID taken and rolled back)."""
     since = await next_xid_when_idle(bed.admin)
     settings = Settings.load(database={"dsn": bed.reader})
     async with Client(build_server(settings)) as client:
@@ -257,6 +252,17 @@ async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_opera
     assert "PWNED" not in text, text
     assert result.is_error and "open_schema_body" in text, text
     assert await bed.burnt_xids(since) == []
+
+
+@pytest.mark.parametrize("case", sorted(JOINS))
+async def test_a_join_using_in_a_body_on_an_open_path_never_runs_a_planted_operator(
+    bed: Bed, case: str
+) -> None:
+    """attack5 F3: refs.py did not see the `=` that JOIN ... USING and NATURAL JOIN look up,
+    so a body on its own path with public, its names all qualified, passed open_schema_body
+    and ran the planted public.=(varchar, varchar). Now refused (open_schema_body)."""
+    tool, arguments = JOINS[case]
+    await _refused_as_open_schema_body(bed, tool, arguments)
 
 
 @pytest.mark.parametrize("tool", ["execute_query", "explain_query"])
@@ -270,14 +276,7 @@ async def test_a_declared_type_in_a_body_on_an_open_path_never_takes_a_planted_d
     arguments: dict[str, Any] = {"sql": "SELECT app.shout('hi') AS s"}
     if tool == "explain_query":
         arguments["analyze"] = True
-    since = await next_xid_when_idle(bed.admin)
-    settings = Settings.load(database={"dsn": bed.reader})
-    async with Client(build_server(settings)) as client:
-        result = await client.call_tool(tool, arguments)
-    text = json.dumps([c.text for c in result.content if hasattr(c, "text")])
-    assert "PWNED" not in text, text
-    assert result.is_error and "open_schema_body" in text, text
-    assert await bed.burnt_xids(since) == []
+    await _refused_as_open_schema_body(bed, tool, arguments)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -439,11 +439,11 @@ SELECT
   {SMALL_CATALOGS} AS small,
   (SELECT pg_catalog.json_agg(pg_catalog.json_build_array(n.oid::bigint, n.nspname,
       pg_catalog.has_schema_privilege(n.oid, 'USAGE'),
-      CASE WHEN n.nspname = ANY (pg_catalog.current_schemas(true))
-             OR n.nspname = ANY ({_CONFIGURED}) THEN {CREATORS} END,
-      CASE WHEN n.nspname <> ALL (pg_catalog.current_schemas(true))
-            AND n.nspname <> ALL ({_CONFIGURED}) THEN {_DIRECT_CREATORS} END))
-   FROM pg_catalog.pg_namespace n) AS schemas,
+      CASE WHEN w.on_path THEN {CREATORS} END,
+      CASE WHEN NOT w.on_path THEN {_DIRECT_CREATORS} END))
+   FROM pg_catalog.pg_namespace n
+   CROSS JOIN LATERAL (SELECT n.nspname = ANY (pg_catalog.current_schemas(true))
+                           OR n.nspname = ANY ({_CONFIGURED}) AS on_path) w) AS schemas,
   (SELECT pg_catalog.json_agg({_array(Function, _FUNCTION_COLUMNS)})
    FROM pg_catalog.pg_proc p
    JOIN pg_catalog.pg_language l ON l.oid = p.prolang
@@ -506,6 +506,12 @@ class Catalog:
     # ... and the other schemas where one may (see _DIRECT_CREATORS): only a statement that
     # names them looks there.
     open_elsewhere: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def open_to(self, nsp: int) -> tuple[str, ...]:
+        """The roles that are not trusted and may create objects in schema `nsp`, on a path
+        or not (empty: it is not open)."""
+        return self.open_schemas.get(nsp) or self.open_elsewhere.get(nsp, ())
+
     functions: dict[int, Function] = field(default_factory=dict)
     functions_named: dict[str, list[Function]] = field(default_factory=dict)
     operators: dict[int, Operator] = field(default_factory=dict)

@@ -439,7 +439,7 @@ class _Walk:
             return
         if self.judge.custom is not None and not self.bodies:
             return  # custom SQL's own names are custom/resolve.py's to judge
-        if (nsp in self.c.open_schemas or nsp in self.c.open_elsewhere) and self.record is None:
+        if self.c.open_to(nsp) and self.record is None:
             self.refuse_open({nsp: {name}}, "names")
 
     def refuse_kept(self, kept: dict[int, set[str]]) -> None:
@@ -449,7 +449,7 @@ class _Walk:
     def refuse_open(self, names: dict[int, set[str]], how: str) -> None:
         nsp = min(names)
         schema = self.c.schemas.get(nsp, "?")
-        roles = ", ".join((self.c.open_schemas.get(nsp) or self.c.open_elsewhere.get(nsp, ()))[:3])
+        roles = ", ".join(self.c.open_to(nsp)[:3])
         self.refuse(
             "open_schema_code",
             f"{how} {', '.join(sorted(names[nsp]))} of schema {schema}, where roles that are "
