@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr, ValidationError
 
@@ -35,6 +35,7 @@ from pg_mcp_server.logs import configure_logging
 from pg_mcp_server.signals import Signals, Stop
 
 if TYPE_CHECKING:
+    from pg_mcp_server.configfile import ServerConfig
     from pg_mcp_server.database.pool import RoleAudit
     from pg_mcp_server.server import PgMcp
 
@@ -47,6 +48,7 @@ FLAGS = {
     "MCP_WORKERS": "--workers",
     "MCP_LOG_LEVEL": "--log-level",
     "MCP_LOG_FORMAT": "--log-format",
+    "MCP_CONFIG_FILE": "--config",
 }
 # Stands in for the demo's DSN while the flags are checked, before the demo starts.
 DEMO_PLACEHOLDER = "postgresql://demo@localhost/demo"
@@ -116,6 +118,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="PATH",
         help="YAML file of custom prompts, resources and tools (pgEdge's format)",
     )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML configuration file: server settings, several databases, users "
+        "(MCP_CONFIG_FILE; README, Several databases)",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     p.add_argument(
         "--log-format", choices=["auto", "json", "text"], help="stderr log format (default auto)"
@@ -123,9 +131,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
-    """Flags override the environment and `.env`; flags not given leave them in charge."""
-    server_overrides = {
+def server_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "transport": args.transport,
         "host": args.host,
         "port": args.port,
@@ -134,8 +141,13 @@ def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
         "allow_unauthenticated": args.allow_unauthenticated,
         "workers": args.workers,
         "custom_definitions": args.custom_definitions,
+        "config_file": getattr(args, "config", None),
     }
-    return Settings.load(database={"dsn": dsn}, server=server_overrides)
+
+
+def settings_from_args(args: argparse.Namespace, dsn: str | None) -> Settings:
+    """Flags override the environment and `.env`; flags not given leave them in charge."""
+    return Settings.load(database={"dsn": dsn}, server=server_overrides(args))
 
 
 def load_settings(args: argparse.Namespace) -> Settings:
@@ -143,6 +155,29 @@ def load_settings(args: argparse.Namespace) -> Settings:
         return settings_from_args(args, DEMO_PLACEHOLDER if args.demo else args.dsn)
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc, FLAGS)) from None
+
+
+def load_config(args: argparse.Namespace) -> ServerConfig:
+    """The environment (and flags) alone, or with the configuration file (--config,
+    MCP_CONFIG_FILE): the file wins over the environment, a flag over the file."""
+    from pg_mcp_server.config import ServerSettings
+    from pg_mcp_server.configfile import ConfigFileError, ServerConfig, load
+
+    overrides = {k: v for k, v in server_overrides(args).items() if v is not None}
+    try:
+        path = ServerSettings(**overrides).config_file
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc, FLAGS)) from None
+    if path is None:
+        return ServerConfig.single(load_settings(args))
+    dsn = DEMO_PLACEHOLDER if args.demo else args.dsn
+    try:
+        config = load(path, overrides, {"dsn": dsn})
+    except ConfigFileError as exc:
+        raise ConfigError(exc.lines) from None
+    if args.demo and config.several:
+        raise ConfigError([f"{path}: databases: --demo serves one database, not a list"])
+    return config
 
 
 def check_bind(settings: Settings) -> None:
@@ -362,15 +397,109 @@ def refuse_unusable_store(settings: Settings) -> None:
         raise CannotStart(str(exc)) from None
 
 
-def serve(settings: Settings, signals: Signals) -> None:
-    role_warnings = check_role(settings)
-    refuse_bad_definitions(settings)
+def check_roles(config: ServerConfig) -> list[str] | None:
+    """Several databases: every role audit at once (each waits START_AUDIT_S at most). A
+    database that does not answer is logged and served anyway (its calls fail until it
+    answers; every new connection checks the role); a privileged role, or one beyond reading
+    with MCP_REQUIRE_READ_ONLY_ROLE, stops the start as with one database."""
+    import anyio
+
+    from pg_mcp_server.database.pool import refusal
+
+    async def all_audits() -> dict[str, RoleAudit]:
+        audits: dict[str, RoleAudit] = {}
+
+        async def one(name: str, settings: Settings) -> None:
+            audits[name] = await audited(settings, START_AUDIT_S)
+
+        async with anyio.create_task_group() as tasks:
+            for name, entry in config.databases.items():
+                tasks.start_soon(one, name, entry.settings)
+        return audits
+
+    found: list[str] = []
+    for name, audit in anyio.run(all_audits).items():
+        server = config.databases[name].settings.server
+        if audit.found is None:
+            if server.require_read_only_role:
+                raise RefusedToStart(
+                    f"refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): database {name}'s role "
+                    "could not be audited because it is not reachable"
+                )
+            logging.getLogger("pg_mcp_server").warning(
+                "database %s is not reachable: serving the others; its calls fail until it answers",
+                name,
+            )
+            continue
+        if audit.privileged and not server.allow_privileged_role:
+            raise RefusedToStart(f"database {name}: {refusal(audit.privileged)}")
+        if audit.found and server.require_read_only_role:
+            raise RefusedToStart(
+                f"refusing to start (MCP_REQUIRE_READ_ONLY_ROLE): database {name}: "
+                + "; ".join(audit.found)
+            )
+        found += [f"{name}: {line}" for line in audit.found]
+    return found
+
+
+def refuse_clashing_definitions(config: ServerConfig) -> None:
+    """Several databases: each definitions file is checked, and two that define the same
+    tool, prompt or resource stop the start (which database would a call mean?)."""
+    import anyio
+
+    from pg_mcp_server.custom.reload import load_checked
+    from pg_mcp_server.custom.specs import DefinitionsError
+    from pg_mcp_server.database.pool import Database
+    from pg_mcp_server.server import reserved
+
+    async def names(settings: Settings) -> set[str]:
+        assert settings.server.custom_definitions is not None
+        db = Database(settings.database)
+        try:
+            loaded = await load_checked(
+                settings.server.custom_definitions, settings, reserved(settings), db, quiet=True
+            )
+        finally:
+            await db.dispose()
+        return {
+            *(f"tool {t.name}" for t in loaded.tools),
+            *(f"prompt {p.name}" for p in loaded.prompts),
+            *(f"resource {r.uri}" for r in loaded.resources if not r.uri.startswith("pg://")),
+        }
+
+    seen: dict[str, str] = {}
+    for name, entry in config.databases.items():
+        if entry.settings.server.custom_definitions is None:
+            continue
+        try:
+            defined = anyio.run(names, entry.settings)
+        except DefinitionsError as exc:
+            raise CannotStart(
+                f"failed to load custom definitions of database {name}:\n{exc}"
+            ) from None
+        for item in sorted(defined):
+            if item in seen:
+                raise CannotStart(
+                    f"custom definitions: {item} is defined for databases {seen[item]} and "
+                    f"{name}; give it another name in one of the files"
+                )
+            seen[item] = name
+
+
+def serve(config: ServerConfig, signals: Signals) -> None:
+    settings = config.settings
+    if config.several:
+        role_warnings = check_roles(config)
+        refuse_clashing_definitions(config)
+    else:
+        role_warnings = check_role(settings)
+        refuse_bad_definitions(settings)
     refuse_unusable_store(settings)
     if settings.server.transport == "http":
         from pg_mcp_server.transport.workers import PortInUse, WorkerStartFailed, serve_http
 
         try:
-            serve_http(settings, role_warnings, signals)
+            serve_http(settings, role_warnings, signals, config)
         except PortInUse as exc:
             raise AddressInUse(str(exc)) from None
         except WorkerStartFailed as exc:
@@ -381,7 +510,7 @@ def serve(settings: Settings, signals: Signals) -> None:
     from pg_mcp_server.server import PgMcp
     from pg_mcp_server.transport import stdio
 
-    server = PgMcp(settings, role_warnings)
+    server = PgMcp(settings, role_warnings, config=config)
     server.freeze_when_loaded = True
     # SIGHUP reloads the custom definitions of a service (see PgMcp.on_hangup).
     signals.on_hangup = server.on_hangup
@@ -413,11 +542,12 @@ def _main(argv: Sequence[str] | None) -> int:
     signals.install()
     try:
         try:
-            settings = load_settings(args)
+            config = load_config(args)
         except ConfigError as exc:
             for line in exc.lines:
                 print(f"pg-mcp-server: invalid configuration: {line}", file=sys.stderr)
             return 2
+        settings = config.settings
         configure_logging(settings.server.log_level, settings.server.log_format)
         for line in unknown_settings(os.environ):
             logging.getLogger("pg_mcp_server").warning(line)
@@ -429,8 +559,10 @@ def _main(argv: Sequence[str] | None) -> int:
         for name in SECRET_VARIABLES:
             os.environ.pop(name, None)
         with database(args, settings) as serving:
+            if serving is not settings:  # --demo: its DSN for the one database
+                config = config.with_settings(serving)
             try:
-                serve(serving, signals)
+                serve(config, signals)
             finally:
                 signals.stopping()
     except RefusedToStart as exc:

@@ -32,8 +32,13 @@ class AppContext:
         *,
         sensitive: re.Pattern[str] | None = None,
         audit: RoleAudit | None = None,
+        name: str = "default",
     ) -> None:
         self.settings = settings
+        self.name = name  # the database's name (configfile.DEFAULT_NAME without a file)
+        # With several databases, the lifespan's context also holds every database's own
+        # (see Hub); None for one database.
+        self.hub: Hub | None = None
         self.sensitive = sensitive
         self.audit = audit  # the start-up role audit, while it runs in the background
         self.owns_db = db is None  # then close() disposes of the pool it made
@@ -46,6 +51,7 @@ class AppContext:
 
         return Database(
             self.settings.database,
+            name=self.name,
             allow_privileged=self.settings.server.allow_privileged_role,
         )
 
@@ -116,6 +122,69 @@ class AppContext:
             await self.results.close()
         if self.owns_db and "db" in vars(self):
             await self.db.dispose()
+
+
+class Hub:
+    """Every database's AppContext, by name, for a server with several databases: each has
+    its own pool (opened at its first use, as with one database), guard, caches, reader and
+    settings; the paged results and the query history are one store for all (a page is read
+    back without naming its database)."""
+
+    def __init__(self, apps: dict[str, AppContext]) -> None:
+        self.apps = apps
+        first = next(iter(apps.values()))
+        for app in apps.values():
+            app.hub = self
+            if app is not first:
+                app.results = first.results
+                app.history = first.history
+        self.first = first
+
+    async def close(self) -> None:
+        """The shared store once, then every pool that was opened."""
+        await self.first.close()
+        for app in self.apps.values():
+            if app is not self.first and app.owns_db and "db" in vars(app):
+                await app.db.dispose()
+
+
+class Pools:
+    """Several databases' pools as the HTTP gateway uses one (cancel, ping, dispose)."""
+
+    def __init__(self, dbs: dict[str, Database]) -> None:
+        self.dbs = dbs
+
+    async def cancel(self, backends: set[int]) -> None:
+        for db in self.dbs.values():
+            if mine := backends & db.server_pids():
+                await db.cancel(mine)
+
+    async def ping(self) -> None:
+        """DatabaseConnectionError naming (in its context) every database that did not
+        answer; the gateway's /health answers 503 with those names."""
+        import anyio
+
+        from pg_mcp_server.errors import DatabaseConnectionError, PgMcpError
+
+        down: list[str] = []
+
+        async def one(name: str, db: Database) -> None:
+            try:
+                await db.ping()
+            except PgMcpError:
+                down.append(name)
+
+        async with anyio.create_task_group() as tasks:
+            for name, db in self.dbs.items():
+                tasks.start_soon(one, name, db)
+        if down:
+            raise DatabaseConnectionError(
+                f"Not reachable: {', '.join(sorted(down))}.", context={"down": sorted(down)}
+            )
+
+    async def dispose(self) -> None:
+        for db in self.dbs.values():
+            await db.dispose()
 
 
 def app_context(ctx: Context[Any, Any]) -> AppContext:

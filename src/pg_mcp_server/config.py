@@ -373,6 +373,17 @@ class ServerSettings(BaseSettings):
     )
 
     # Custom definitions (custom/): prompts, resources and tools from a YAML file.
+    config_file: str | None = Field(
+        default=None,
+        description="YAML configuration file (or --config): server settings, several "
+        "databases, users; see README, Several databases",
+    )
+    audit_log: bool | None = Field(
+        default=None,
+        description="One audit line per tool call on stderr (caller, database, tool, SQL hash, "
+        "rows, outcome; never parameter values); unset: on when the configuration file has "
+        "users:",
+    )
     custom_definitions: str | None = Field(
         default=None,
         validation_alias=AliasChoices(

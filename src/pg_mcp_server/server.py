@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from functools import cached_property
@@ -62,8 +63,9 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from pg_mcp_server.app import AppContext
+from pg_mcp_server.app import AppContext, Hub
 from pg_mcp_server.config import Settings, package_version
+from pg_mcp_server.configfile import ServerConfig
 from pg_mcp_server.middleware import bounded_errors
 
 if TYPE_CHECKING:
@@ -71,6 +73,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
     from pg_mcp_server.database.pool import Database
+    from pg_mcp_server.primitives.databases import Databases, Unit
     from pg_mcp_server.primitives.registry import Registry
     from pg_mcp_server.tools.registry import ToolDef
 
@@ -195,26 +198,45 @@ class PgMcp:
         settings: Settings,
         role_warnings: list[str] | None = None,
         db: Database | None = None,
+        config: ServerConfig | None = None,
+        dbs: Mapping[str, Database] | None = None,
     ) -> None:
         """Pass `db` to share a pool with something else (the HTTP gateway's /health); its
         owner disposes it. Otherwise the lifespan opens and disposes its own. Without
         `role_warnings` (the start-up audit's findings), the lifespan runs the audit in the
-        background and the handshake's instructions carry what it finds."""
+        background and the handshake's instructions carry what it finds. `config` (the
+        configuration file, configfile.py) with several databases serves each through its
+        own registry and AppContext (primitives/databases.py); `dbs` are their shared pools,
+        as `db` is for one."""
+        self.config = config or ServerConfig.single(settings)
         self.settings = settings
         self.role_warnings = role_warnings
         self.db = db
+        self.dbs = dict(dbs or {})
         # A served process (not a test's in-process server) freezes its heap once loaded.
         self.freeze_when_loaded = False
         self.custom: CustomDefinitions | None = None
-        if settings.server.custom_definitions is not None:
+        self.units: dict[str, Unit] = {}
+        if self.config.several:
+            from pg_mcp_server.primitives.databases import Unit
+
+            self.units = {
+                name: Unit(entry, self._definitions_changed)
+                for name, entry in self.config.databases.items()
+            }
+        elif settings.server.custom_definitions is not None:
             from pg_mcp_server.custom.reload import CustomDefinitions
 
             self.custom = CustomDefinitions(settings, reserved(settings), self._definitions_changed)
+        self.audit_calls = self.config.audit
+        self.audit_parameters = self.config.auth.audit_parameters
         # Lists change only when a definitions file is reloaded.
+        reloads = self.custom is not None or any(u.custom is not None for u in self.units.values())
+        self.reloads = reloads
         self.notifications = NotificationOptions(
-            prompts_changed=self.custom is not None,
-            resources_changed=self.custom is not None,
-            tools_changed=self.custom is not None,
+            prompts_changed=reloads,
+            resources_changed=reloads,
+            tools_changed=reloads,
         )
         # 2026-07-28 clients hear of list changes on subscriptions/listen streams.
         self.bus = InMemorySubscriptionBus()
@@ -248,10 +270,16 @@ class PgMcp:
         return builtin_tools(self.settings)
 
     @cached_property
-    def registry(self) -> Registry:
+    def registry(self) -> Registry | Databases:
         """Made again after a reload, at the first request that needs it."""
-        custom = self.custom.current if self.custom is not None else None
-        made = make_registry(self.settings, self.tools, custom)
+        made: Registry | Databases
+        if self.units:
+            from pg_mcp_server.primitives.databases import Databases
+
+            made = Databases(self.config, self.units)
+        else:
+            custom = self.custom.current if self.custom is not None else None
+            made = make_registry(self.settings, self.tools, custom)
         if self.freeze_when_loaded:
             self.freeze_when_loaded = False
             asyncio.get_running_loop().call_later(FREEZE_AFTER_S, freeze_heap)
@@ -273,10 +301,17 @@ class PgMcp:
     def on_hangup(self) -> bool:
         """The SIGHUP hook: True when it reloads the custom definitions (a service with a
         definitions file), False when SIGHUP should end the server (a closed terminal)."""
+        if self.units:
+            customs = [u.custom for u in self.units.values() if u.custom is not None]
+            return bool(customs) and all([c.on_hangup() for c in customs])
         return self.custom is not None and self.custom.on_hangup()
 
     @asynccontextmanager
     async def _lifespan(self, _server: Server[AppContext]) -> AsyncIterator[AppContext]:
+        if self.units:
+            async with self._several() as app:
+                yield app
+            return
         audit = None
         if self.role_warnings is None:
             from pg_mcp_server.database.pool import RoleAudit
@@ -300,6 +335,42 @@ class PgMcp:
                 await self.custom.stop()
             await app.close()
 
+    @asynccontextmanager
+    async def _several(self) -> AsyncIterator[AppContext]:
+        """The lifespan with several databases: an AppContext each (pools opened at first
+        use), every definitions file started, every role audit in the background. A database
+        that does not answer stops nothing: its calls get CONNECTION_ERROR."""
+        from pg_mcp_server.database.pool import RoleAudit
+
+        sensitive = {n: u.settings.server.sensitive_regex() for n, u in self.units.items()}
+        apps = {
+            name: AppContext(
+                unit.settings,
+                self.dbs.get(name),
+                sensitive=sensitive[name],
+                audit=RoleAudit() if self.role_warnings is None else None,
+                name=name,
+            )
+            for name, unit in self.units.items()
+        }
+        hub = Hub(apps)
+        try:
+            for name, unit in self.units.items():
+                if unit.custom is not None:
+                    await unit.custom.start(apps[name].db)
+            async with anyio.create_task_group() as background:
+                for app in apps.values():
+                    if app.audit is not None:
+                        background.start_soon(app.audit.run_alone, app.settings.database)
+                yield hub.first
+                background.cancel_scope.cancel()
+        finally:
+            self.stopping()
+            for unit in self.units.values():
+                if unit.custom is not None:
+                    await unit.custom.stop()
+            await hub.close()
+
     # --- handlers: one call each into the registry
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
@@ -314,8 +385,35 @@ class PgMcp:
     async def _call_tool(
         self, ctx: ServerRequestContext[AppContext], params: CallToolRequestParams
     ) -> CallToolResult:
-        return await self.registry.call_tool(
-            params.name, params.arguments or {}, ctx.lifespan_context
+        arguments = params.arguments or {}
+        if not self.audit_calls:
+            return await self.registry.call_tool(params.name, arguments, ctx.lifespan_context)
+        from pg_mcp_server.audit import log_call
+
+        started = time.perf_counter()
+        result = await self.registry.call_tool(params.name, arguments, ctx.lifespan_context)
+        log_call(
+            params.name,
+            self._database_of(params.name, arguments),
+            arguments,
+            result,
+            time.perf_counter() - started,
+            parameters=self.audit_parameters,
+        )
+        return result
+
+    def _database_of(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """For the audit line: the database a call was for (as it named it)."""
+        from pg_mcp_server.primitives.databases import Databases
+
+        registry = self.registry
+        if not isinstance(registry, Databases):
+            return next(iter(self.config.databases))
+        chosen = arguments.get("database")
+        return (
+            registry.bound.get(tool)
+            or (chosen if isinstance(chosen, str) else None)
+            or (registry.default)
         )
 
     async def _list_resources(
@@ -365,9 +463,13 @@ class PgMcp:
         for kind in ("tools", "resources", "prompts"):
             entry = capabilities.get(kind) if isinstance(capabilities, dict) else None
             if isinstance(entry, dict):
-                entry["listChanged"] = self.custom is not None
-        audit = ctx.lifespan_context.audit
-        if audit is not None and (found := await audit.wait()):
+                entry["listChanged"] = self.reloads
+        app = ctx.lifespan_context
+        found: list[str] = []
+        for name, one in (app.hub.apps if app.hub is not None else {"": app}).items():
+            if one.audit is not None:
+                found += [f"{name}: {w}" if name else w for w in await one.audit.wait()]
+        if found:
             result = {**result, "instructions": instructions(found)}
         return result
 
@@ -386,7 +488,7 @@ class PgMcp:
     def _listen(self, ctx: ServerRequestContext[AppContext]) -> None:
         """Keep a stream connection's session to notify (HTTP is stateless, and 2026-07-28
         clients listen through subscriptions/listen instead)."""
-        if self.custom is None:
+        if not self.reloads:
             return
         client = ctx.session.client_params
         stream = ctx.request is None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
@@ -395,6 +497,8 @@ class PgMcp:
 
     async def _definitions_changed(self, old: Loaded, new: Loaded) -> None:
         vars(self).pop("registry", None)  # `self.custom.current` is `new` now
+        for unit in self.units.values():
+            vars(unit).pop("registry", None)
         before, after = _lists(old), _lists(new)
         changed = [kind for kind in before if before[kind] != after[kind]]
         events: dict[str, ToolsListChanged | ResourcesListChanged | PromptsListChanged] = {
@@ -419,7 +523,10 @@ class PgMcp:
 
 
 def build_server(
-    settings: Settings, role_warnings: list[str] | None = None, db: Database | None = None
+    settings: Settings,
+    role_warnings: list[str] | None = None,
+    db: Database | None = None,
+    config: ServerConfig | None = None,
 ) -> Server[AppContext]:
     """The SDK server of a `PgMcp` (what `mcp.Client(...)` connects to in process)."""
-    return PgMcp(settings, role_warnings, db).server
+    return PgMcp(settings, role_warnings, db, config).server

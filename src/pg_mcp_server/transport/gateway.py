@@ -23,7 +23,7 @@ import hmac
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.lowlevel import Server
@@ -32,6 +32,7 @@ from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from pg_mcp_server.app import Pools
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.pool import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
@@ -39,6 +40,9 @@ from pg_mcp_server.results.owner import LOCAL, caller, token_owner
 from pg_mcp_server.server import PgMcp
 from pg_mcp_server.transport import envelope
 from pg_mcp_server.transport.idscan import addressee
+
+if TYPE_CHECKING:
+    from pg_mcp_server.configfile import ServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +86,7 @@ class Gateway:
     """ASGI app: /health, then auth, method, version, concurrency and envelope checks for /mcp,
     then the SDK."""
 
-    def __init__(self, app: ASGIApp, db: Database, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, db: Database | Pools, settings: Settings) -> None:
         self.app = app
         self.db = db
         srv = settings.server
@@ -353,7 +357,10 @@ class Gateway:
                 await self.db.ping()
         except (PgMcpError, TimeoutError) as exc:
             reason = exc.code if isinstance(exc, PgMcpError) else "TIMEOUT"
-            await _respond(send, 503, {"status": "unavailable", "database": reason})
+            body = {"status": "unavailable", "database": reason}
+            if isinstance(exc, PgMcpError) and exc.context and "down" in exc.context:
+                body["down"] = exc.context["down"]  # several databases: which (names only)
+            await _respond(send, 503, body)
             return
         await _respond(send, 200, {"status": "ok", "database": "reachable"})
 
@@ -375,10 +382,28 @@ def sdk_app(server: Server[Any], srv: ServerSettings, host: str) -> ASGIApp:
     )
 
 
-def http_app(settings: Settings, role_warnings: list[str] | None = None) -> Gateway:
+def http_app(
+    settings: Settings, role_warnings: list[str] | None = None, config: ServerConfig | None = None
+) -> Gateway:
     """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
-    db = Database(settings.database, allow_privileged=settings.server.allow_privileged_role)
-    server = PgMcp(settings, role_warnings, db=db)
+    db: Database | Pools
+    if config is not None and config.several:
+        dbs = {
+            name: Database(
+                entry.settings.database,
+                name=name,
+                allow_privileged=entry.settings.server.allow_privileged_role,
+            )
+            for name, entry in config.databases.items()
+        }
+        server = PgMcp(settings, role_warnings, config=config, dbs=dbs)
+        db = Pools(dbs)
+    else:
+        name = next(iter(config.databases)) if config is not None else "default"
+        db = Database(
+            settings.database, name=name, allow_privileged=settings.server.allow_privileged_role
+        )
+        server = PgMcp(settings, role_warnings, db=db, config=config)
     server.load()  # before serving, not in the first request
     gateway = Gateway(sdk_app(server.server, settings.server, settings.server.host), db, settings)
     gateway.on_hangup = server.on_hangup

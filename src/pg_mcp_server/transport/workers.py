@@ -29,6 +29,7 @@ from pg_mcp_server.config import Settings
 from pg_mcp_server.logs import configure_logging
 
 if TYPE_CHECKING:
+    from pg_mcp_server.configfile import ServerConfig
     from pg_mcp_server.signals import Signals
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ def _uvicorn(
     role_warnings: list[str] | None,
     sock: socket.socket | None,
     signals: Signals | None = None,
+    served: ServerConfig | None = None,
 ) -> None:
     """Serve the HTTP app with uvicorn until it is told to stop (SIGINT/SIGTERM, which uvicorn
     handles itself; SIGHUP through `signals`)."""
@@ -85,7 +87,7 @@ def _uvicorn(
     from pg_mcp_server.transport.gateway import http_app
 
     srv = settings.server
-    app = http_app(settings, role_warnings)
+    app = http_app(settings, role_warnings, served)
     freeze_heap()  # everything the app needs is loaded (see PgMcp.load)
     config = uvicorn.Config(
         app,
@@ -106,7 +108,10 @@ def _uvicorn(
 
 
 def _worker(
-    settings: Settings, role_warnings: list[str] | None, sock: socket.socket | None
+    settings: Settings,
+    role_warnings: list[str] | None,
+    sock: socket.socket | None,
+    served: ServerConfig | None = None,
 ) -> None:
     """One worker process: its own listening socket (or the shared one), then uvicorn."""
     # A closed terminal signals the whole process group; the parent stops the workers.
@@ -114,7 +119,8 @@ def _worker(
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
     configure_logging(settings.server.log_level, settings.server.log_format)
     srv = settings.server
-    _uvicorn(settings, role_warnings, sock or _listen(srv.host, srv.port, reuse_port=True))
+    sock = sock or _listen(srv.host, srv.port, reuse_port=True)
+    _uvicorn(settings, role_warnings, sock, served=served)
 
 
 def _bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:
@@ -126,7 +132,12 @@ def _bind(host: str, port: int, *, reuse_port: bool) -> socket.socket:
         raise
 
 
-def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Signals) -> None:
+def serve_http(
+    settings: Settings,
+    role_warnings: list[str] | None,
+    signals: Signals,
+    served: ServerConfig | None = None,
+) -> None:
     srv = settings.server
     # Bound here, before the line that says it serves: a port in use is one line of ours
     # (PortInUse), not uvicorn's error after a "serving" line. Without SO_REUSEPORT even for
@@ -144,25 +155,29 @@ def serve_http(settings: Settings, role_warnings: list[str] | None, signals: Sig
     )
     if srv.workers == 1:
         try:
-            _uvicorn(settings, role_warnings, first, signals)
+            _uvicorn(settings, role_warnings, first, signals, served)
         finally:
             first.close()
         return
     shared = None if reuse_port() else first
     try:
-        _supervise(srv.workers, settings, role_warnings, shared)
+        _supervise(srv.workers, settings, role_warnings, shared, served)
     finally:
         if shared is not None:
             shared.close()
 
 
 def _supervise(
-    count: int, settings: Settings, role_warnings: list[str] | None, sock: socket.socket | None
+    count: int,
+    settings: Settings,
+    role_warnings: list[str] | None,
+    sock: socket.socket | None,
+    served: ServerConfig | None = None,
 ) -> None:
     spawn = multiprocessing.get_context("spawn")
 
     def start() -> tuple[Any, float]:
-        process = spawn.Process(target=_worker, args=(settings, role_warnings, sock))
+        process = spawn.Process(target=_worker, args=(settings, role_warnings, sock, served))
         process.start()
         return process, time.monotonic()
 

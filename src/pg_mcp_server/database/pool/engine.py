@@ -293,10 +293,13 @@ class Database:
     """The pool plus the ways to use it: `run(work)` (with its retries), or the blocks
     `read_only()` (SQL a caller wrote) and `session()` (our own constant statements)."""
 
-    def __init__(self, settings: DatabaseSettings, *, allow_privileged: bool = True) -> None:
+    def __init__(
+        self, settings: DatabaseSettings, *, name: str = "default", allow_privileged: bool = True
+    ) -> None:
         """`allow_privileged=False` (MCP_ALLOW_PRIVILEGED_ROLE unset): a connection whose role
         is a superuser or a member of a file or program role is refused (see audit.py)."""
         self.settings = settings
+        self.name = name  # the configured database's name (configfile.py)
         self.allow_privileged = allow_privileged
         # No pool_pre_ping: it would cost a round trip per call. A connection the server
         # closed is seen as closed at checkout (see _checkout) and replaced.
@@ -608,6 +611,11 @@ class Database:
                     _CANCEL,
                     sorted(backends),
                 )
+
+    def server_pids(self) -> set[int]:
+        """The backends of this pool's open connections (several databases: a request's
+        backends are cancelled only on the database that has them)."""
+        return {c.get_server_pid() for c in self._used if not c.is_closed()}
 
     async def ping(self) -> None:
         async with self.session() as conn:
