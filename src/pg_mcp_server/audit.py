@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from typing import Any
 
 from mcp_types import CallToolResult
@@ -24,7 +25,8 @@ from pg_mcp_server.results.owner import current_owner
 logger = logging.getLogger("pg_mcp_server.audit")
 
 SQL_ARGUMENTS = ("sql", "query")
-NAME_CHARS = 100  # of a tool name (a client may send anything)
+NAME_CHARS = 100
+_PLAIN = re.compile(r"^[A-Za-z0-9_.-]+$")  # of a tool name (a client may send anything)
 
 
 def caller() -> str:
@@ -54,6 +56,13 @@ def outcome(result: CallToolResult) -> tuple[str, int | None]:
     return "ok", rows if isinstance(rows, int) else None
 
 
+def _plain(text: str) -> str:
+    """As is when it is a plain name (every tool's is), else quoted: nothing a client sent
+    can break the line into fields."""
+    text = text[:NAME_CHARS]
+    return text if _PLAIN.match(text) else json.dumps(text, ensure_ascii=True)
+
+
 def log_call(
     tool: str,
     database: str | None,
@@ -67,7 +76,7 @@ def log_call(
     fields = [
         f"caller={caller()}",
         f"database={database or '-'}",
-        f"tool={json.dumps(tool[:NAME_CHARS], ensure_ascii=False)}",
+        f"tool={_plain(tool)}",
     ]
     if (digest := sql_hash(arguments)) is not None:
         fields.append(f"sql={digest}")

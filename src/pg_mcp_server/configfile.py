@@ -322,9 +322,11 @@ class _Reader:
     ) -> None:
         for key in raw:
             place = f"{where}.{key}" if where else str(key)
+            if key in known:
+                continue
             if also and key in also:
                 self.problem(place, "is a server-wide setting: give it under `server:`")
-            elif key not in known:
+            else:
                 hint = _did_you_mean(str(key), sorted(known))
                 self.problem(place, f"is not a known key{hint}")
 

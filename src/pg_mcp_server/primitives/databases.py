@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 from mcp_types import (
@@ -41,8 +41,9 @@ from pg_mcp_server.app import AppContext
 from pg_mcp_server.configfile import DatabaseEntry, ServerConfig
 from pg_mcp_server.errors import ParameterError, PgMcpError, closest, did_you_mean, to_pg_error
 from pg_mcp_server.identity import current_identity
+from pg_mcp_server.models.compact import Compact
 from pg_mcp_server.primitives.registry import Registry, _answered, clip
-from pg_mcp_server.tools.registry import ToolDef, error_result
+from pg_mcp_server.tools.registry import ToolDef, error_result, make_tool, ok
 
 if TYPE_CHECKING:
     from pg_mcp_server.custom.build import Loaded
@@ -53,6 +54,18 @@ logger = logging.getLogger(__name__)
 SCHEME = "pg://"
 DATABASE_ARGUMENT = "database"
 PING_S = 3.0  # list_databases: a database that does not answer within this is unreachable
+
+
+class DatabaseInfo(Compact):
+    name: str
+    description: str | None = None
+    default: bool = False
+    reachable: bool = False
+    error: str | None = None  # why not (a PRD code), when it is not reachable
+
+
+class DatabasesOutput(Compact):
+    databases: list[DatabaseInfo]
 
 
 class Unit:
@@ -163,6 +176,8 @@ class Databases:
 
     def _owner_of(self, uri: str) -> str | None:
         """A custom resource outside pg:// (its URI is as its file gives it)."""
+        if uri.startswith(SCHEME):
+            return None
         for unit in self.units.values():
             registry = unit.registry
             if uri in registry.resources or any(
@@ -360,22 +375,6 @@ class Databases:
     # --- list_databases
 
     def _list_tool(self) -> ToolDef:
-        from typing import Annotated
-
-        from pydantic import BaseModel
-
-        from pg_mcp_server.tools.registry import make_tool, ok
-
-        class DatabaseInfo(BaseModel):
-            name: str
-            description: str | None = None
-            default: bool = False
-            reachable: bool
-            error: str | None = None
-
-        class DatabasesOutput(BaseModel):
-            databases: list[DatabaseInfo]
-
         async def list_databases(app: AppContext) -> Annotated[CallToolResult, DatabasesOutput]:
             names = allowed(self.names)
             found: dict[str, str | None] = {}

@@ -547,7 +547,7 @@ class Database:
         try:
             sa_conn, conn = await self._checkout()
         except Exception as exc:
-            raise _mapped(exc, ms) from None
+            raise _refused(_mapped(exc, ms)) from None
         explicit = begin or bool(self.pooled) or prelude is not None
         transaction = _transaction.set(Transaction(conn, ms) if explicit else None)
         reused = conn in self._used
@@ -631,6 +631,20 @@ def _mapped(exc: Exception, ms: int) -> Exception:
     if isinstance(exc, PgMcpError):
         return exc
     return translate(exc, timeout_ms=ms) or exc
+
+
+def _refused(exc: Exception) -> Exception:
+    """A failure to get a connection is the connection's failure, whatever PostgreSQL's
+    SQLSTATE says (a database with ALLOW_CONNECTIONS false answers 55000, which a statement's
+    failure would make INVALID_SQL)."""
+    if isinstance(exc, PgMcpError) and not isinstance(
+        exc, DatabaseConnectionError | QueryTimeoutError
+    ):
+        return DatabaseConnectionError(
+            "The database refused the connection: " + exc.message,
+            context=exc.context,
+        )
+    return exc
 
 
 def _reason(exc: BaseException) -> str:
