@@ -375,3 +375,66 @@ def test_file_settings_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert a.server.max_value_chars == 33  # a flag wins over the file
     assert a.database.dsn is None and a.database.host == "ahost"  # PG_DSN is not the entry's
     assert config.default is None and config.several
+
+
+def test_a_bad_file_stops_the_start_with_exit_code_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from serverproc import clean_env
+
+    path = write_config(tmp_path, "databases:\n  - {name: a, dsn: '${NOPE_DSN_X}'}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pg_mcp_server", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    line = f"invalid configuration: {path}: databases[0].dsn: environment variable NOPE_DSN_X"
+    assert line in proc.stderr
+
+
+def test_the_process_starts_with_one_database_down(tmp_path: Path, sales: str) -> None:
+    """The command as users run it: the down database is logged, the start goes on, the
+    other serves, and the audit line (users: in the file) is on stderr without values."""
+    from serverproc import Server, clean_env, uv_run
+
+    down = f"postgresql://nobody@127.0.0.1:{unused_port()}/gone"
+    path = write_config(
+        tmp_path,
+        f"""
+        databases:
+          - {{name: sales, default: true, dsn: "{sales}"}}
+          - {{name: gone, dsn: "{down}", connect_timeout: 1}}
+        users:
+          - {{name: ann, databases: {{"*": {{}}}}}}
+        auth: {{stdio_user: ann}}
+        """,
+    )
+    server = Server(uv_run("--config", str(path)), clean_env(), tmp_path / "stderr")
+    try:
+        server.initialize()
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "execute_query",
+                    "arguments": {"sql": "SELECT $1::text AS x", "params": ["needle-9"]},
+                },
+            }
+        )
+        reply = server.read()
+        assert reply["id"] == 2 and not reply["result"].get("isError"), reply
+        lines = server.log_lines()
+        assert any("database gone is not reachable" in line for line in lines), lines
+        audit = [line for line in lines if line.startswith("audit ")]
+        assert audit and "database=sales tool=execute_query" in audit[0], lines
+        assert not any("needle-9" in line for line in lines)
+    finally:
+        server.close()

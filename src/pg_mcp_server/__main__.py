@@ -166,8 +166,8 @@ def load_config(args: argparse.Namespace) -> ServerConfig:
     overrides = {k: v for k, v in server_overrides(args).items() if v is not None}
     try:
         path = ServerSettings(**overrides).config_file
-    except ValidationError as exc:
-        raise ConfigError(describe_errors(exc, FLAGS)) from None
+    except ValidationError:
+        path = overrides.get("config_file")  # else load_settings names every bad setting
     if path is None:
         return ServerConfig.single(load_settings(args))
     dsn = DEMO_PLACEHOLDER if args.demo else args.dsn
