@@ -438,3 +438,28 @@ def test_the_process_starts_with_one_database_down(tmp_path: Path, sales: str) -
         assert not any("needle-9" in line for line in lines)
     finally:
         server.close()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_health_names_the_database_that_is_down(tmp_path: Path, sales: str) -> None:
+    import httpx2 as httpx
+
+    from pg_mcp_server.transport.gateway import http_app
+
+    down = f"postgresql://nobody@127.0.0.1:{unused_port()}/gone"
+    path = write_config(
+        tmp_path,
+        f"""
+        databases:
+          - {{name: sales, default: true, dsn: "{sales}"}}
+          - {{name: gone, dsn: "{down}", connect_timeout: 1}}
+        """,
+    )
+    config = load(str(path))
+    gateway = http_app(config.settings, [], config)
+    transport = httpx.ASGITransport(app=gateway)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        reply = await http.get("/health")
+    assert reply.status_code == 503
+    assert reply.json()["down"] == ["gone"]
+    await gateway.db.dispose()
