@@ -19,8 +19,9 @@ whole database layer (SQLAlchemy, pglast, the models), which is most of the star
 They are made at the first request that needs them (a client's `tools/list`, sent right after
 `initialize`), or at once with `PgMcp.load()` (the HTTP gateway, before it serves).
 
-Its size (~420 lines) is one handler per MCP method and the lifespan: the SDK's whole surface
-as this server uses it, read in one place.
+Its size (~560 lines) is one handler per MCP method and the lifespan (with several databases,
+one lifespan per database's AppContext): the SDK's whole surface as this server uses it, read
+in one place.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from pg_mcp_server.configfile import ServerConfig
 from pg_mcp_server.middleware import bounded_errors
 
 if TYPE_CHECKING:
+    from pg_mcp_server.app import Pools
     from pg_mcp_server.custom.build import Loaded
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
@@ -520,6 +522,31 @@ class PgMcp:
             except Exception as exc:  # a client gone meanwhile is not told
                 logger.debug("list_changed not sent: %s", type(exc).__name__)
                 self._listeners.pop(key, None)
+
+
+def with_pools(
+    settings: Settings, role_warnings: list[str] | None, config: ServerConfig | None
+) -> tuple[PgMcp, Database | Pools]:
+    """A server and the pools it shares with the HTTP gateway (its /health, cancellation
+    and disposal): one Database, or with several databases one each behind `Pools`."""
+    from pg_mcp_server.app import Pools
+    from pg_mcp_server.database.pool import Database
+
+    if config is not None and config.several:
+        dbs = {
+            name: Database(
+                entry.settings.database,
+                name=name,
+                allow_privileged=entry.settings.server.allow_privileged_role,
+            )
+            for name, entry in config.databases.items()
+        }
+        return PgMcp(settings, role_warnings, config=config, dbs=dbs), Pools(dbs)
+    name = next(iter(config.databases)) if config is not None else "default"
+    db = Database(
+        settings.database, name=name, allow_privileged=settings.server.allow_privileged_role
+    )
+    return PgMcp(settings, role_warnings, db=db, config=config), db
 
 
 def build_server(

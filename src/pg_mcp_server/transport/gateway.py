@@ -32,16 +32,16 @@ from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from pg_mcp_server.app import Pools
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.pool import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
 from pg_mcp_server.results.owner import LOCAL, caller, token_owner
-from pg_mcp_server.server import PgMcp
+from pg_mcp_server.server import with_pools
 from pg_mcp_server.transport import envelope
 from pg_mcp_server.transport.idscan import addressee
 
 if TYPE_CHECKING:
+    from pg_mcp_server.app import Pools
     from pg_mcp_server.configfile import ServerConfig
 
 logger = logging.getLogger(__name__)
@@ -386,24 +386,7 @@ def http_app(
     settings: Settings, role_warnings: list[str] | None = None, config: ServerConfig | None = None
 ) -> Gateway:
     """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
-    db: Database | Pools
-    if config is not None and config.several:
-        dbs = {
-            name: Database(
-                entry.settings.database,
-                name=name,
-                allow_privileged=entry.settings.server.allow_privileged_role,
-            )
-            for name, entry in config.databases.items()
-        }
-        server = PgMcp(settings, role_warnings, config=config, dbs=dbs)
-        db = Pools(dbs)
-    else:
-        name = next(iter(config.databases)) if config is not None else "default"
-        db = Database(
-            settings.database, name=name, allow_privileged=settings.server.allow_privileged_role
-        )
-        server = PgMcp(settings, role_warnings, db=db, config=config)
+    server, db = with_pools(settings, role_warnings, config)
     server.load()  # before serving, not in the first request
     gateway = Gateway(sdk_app(server.server, settings.server, settings.server.host), db, settings)
     gateway.on_hangup = server.on_hangup
