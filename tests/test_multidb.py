@@ -463,3 +463,76 @@ async def test_health_names_the_database_that_is_down(tmp_path: Path, sales: str
     assert reply.status_code == 503
     assert reply.json()["down"] == ["gone"]
     await gateway.db.dispose()
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_pages_and_prompts_with_several_databases(
+    tmp_path: Path, sales: str, staff: str
+) -> None:
+    import json
+
+    from mcp_types import PromptReference
+
+    async with serve(two(tmp_path, sales, staff, default=False)) as client:
+        sql = "SELECT g AS n, repeat('x', 200) AS pad FROM generate_series(1, 2000) AS g"
+        result = await client.call_tool(
+            "execute_query", {"sql": sql, "database": "sales", "limit": 2000}
+        )
+        first = json.loads(result.content[0].text)  # type: ignore[union-attr]
+        assert first["has_more"] and first["next_cursor"]
+        # the held result is read back without naming a database, by cursor and by URI
+        second = await call(client, "execute_query", cursor=first["next_cursor"])
+        link = result.content[1]
+        assert link.type == "resource_link" and str(link.uri).startswith("pg://results/")
+        read = await client.read_resource(str(link.uri))
+        assert json.loads(read.contents[0].text) == second  # type: ignore[union-attr]
+
+        prompts = {p.name: p for p in (await client.list_prompts()).prompts}
+        database = [a for a in prompts["analyze-table"].arguments or [] if a.name == "database"]
+        assert database and database[0].required
+        got = await client.get_prompt(
+            "analyze-table", {"table": "people", "schema": "public", "database": "staff"}
+        )
+        assert "people" in str(got.messages)
+        ref = PromptReference(type="ref/prompt", name="analyze-table")
+        done = await client.complete(ref, {"name": "table", "value": "p"}, {"database": "staff"})
+        assert done.completion.values == ["people"]
+        done = await client.complete(ref, {"name": "database", "value": "st"}, {})
+        assert done.completion.values == ["staff"]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_caller_sees_and_uses_only_its_databases(
+    tmp_path: Path, sales: str, staff: str
+) -> None:
+    from pg_mcp_server.identity import Grant, Identity, UserEntry, current_identity
+
+    ann = Identity(UserEntry(name="ann", databases={"staff": Grant()}))
+    token = current_identity.set(ann)  # as the gateway sets it; the session inherits it
+    try:
+        async with serve(two(tmp_path, sales, staff)) as client:
+            listed = await call(client, "list_databases")
+            assert [d["name"] for d in listed["databases"]] == ["staff"]
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["list_tables"].input_schema["properties"]["database"]["enum"] == ["staff"]
+            assert "big_orders" not in tools  # sales's custom tool
+            out = await call(client, "list_tables", database="staff")
+            assert [t["name"] for t in out["tables"]] == ["people"]
+            # sales is the default, but not ann's: the same answer as a name that is not there
+            hidden = await call_error(client, "list_tables", database="sales")
+            unknown = await call_error(client, "list_tables", database="nope")
+            assert hidden["error"]["suggestion"] == unknown["error"]["suggestion"]
+            assert hidden["error"]["context"] == unknown["error"]["context"]
+            same = hidden["error"]["message"].replace("'sales'", "'nope'")
+            assert same == unknown["error"]["message"]
+            uris = [str(r.uri) for r in (await client.list_resources()).resources]
+            assert uris and all(u.startswith("pg://staff/") for u in uris)
+            with pytest.raises(Exception, match="no database named"):
+                await client.read_resource("pg://sales/system_info")
+    finally:
+        current_identity.reset(token)
+
+
+def test_a_database_may_not_be_named_like_a_builtin_uri(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "databases:\n  - {name: schemas, dsn: 'postgresql://u@h/d'}\n")
+    assert any("databases[0].name: 'schemas' starts built-in" in line for line in problems(path))

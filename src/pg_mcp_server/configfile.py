@@ -61,6 +61,9 @@ PER_DATABASE = frozenset(
 # Never settable from the file itself.
 _NOT_IN_FILE = frozenset({"config_file"})
 ENTRY_KEYS = frozenset({"name", "default", "description"})
+# A database's name starts its resources' URIs (pg://{name}/...): it may not be a word the
+# built-in URIs start with.
+RESERVED_NAMES = frozenset({"schemas", "settings", "stat", "system_info", "results", "queries"})
 TOP_KEYS = ("server", "databases", "users", "auth")
 # Values never shown in a message (the pydantic error would echo them).
 _SECRET_WORDS = ("dsn", "password", "token", "secret", "api_key")
@@ -226,6 +229,12 @@ class _Reader:
             if not isinstance(name, str) or not NAME.match(name):
                 self.problem(
                     f"{where}.name", "is required: letters, digits, '_' and '-', at most 63"
+                )
+                continue
+            if name in RESERVED_NAMES:
+                self.problem(
+                    f"{where}.name",
+                    f"{name!r} starts built-in resource URIs (pg://{name}/...): choose another",
                 )
                 continue
             if name in found:

@@ -46,7 +46,7 @@ from pg_mcp_server.errors import ParameterError, PgMcpError, closest, did_you_me
 from pg_mcp_server.identity import current_identity
 from pg_mcp_server.models.compact import Compact
 from pg_mcp_server.primitives.registry import Registry, _answered, clip
-from pg_mcp_server.tools.registry import ToolDef, error_result, make_tool, ok
+from pg_mcp_server.tools.registry import ToolDef, error_result, make_tool, ok, ok_json
 
 if TYPE_CHECKING:
     from pg_mcp_server.custom.build import Loaded
@@ -55,8 +55,23 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEME = "pg://"
+# What every database shares (the result store, the query history): these URIs, as
+# execute_query's answers give them, are read without a database's name.
+SHARED = ("pg://results/", "pg://queries/")
 DATABASE_ARGUMENT = "database"
 PING_S = 3.0  # list_databases: a database that does not answer within this is unreachable
+
+
+def _any(names: list[str]) -> str | None:
+    return names[0] if names else None
+
+
+def _renamed(result: CallToolResult, uri: str) -> CallToolResult:
+    """read_resource's answer with the URI as the caller gave it (with its database)."""
+    body = result.structured_content
+    if result.is_error or not isinstance(body, dict):
+        return result
+    return ok_json({**body, "uri": uri})
 
 
 class DatabaseInfo(Compact):
@@ -299,6 +314,15 @@ class Databases:
             elif name == "read_resource" and (split := self._split(str(given.get("uri")))):
                 target = self.resolve(split[0])
                 given["uri"] = split[1]
+                result = await self.units[target].registry.call_tool(
+                    name, given, self._app(app, target)
+                )
+                return _renamed(result, str(arguments["uri"]))
+            elif chosen is None and name == "execute_query" and given.get("cursor"):
+                # a page of a held result: the store is every database's
+                target = self.resolve(_any(allowed(self.names)))
+            elif name == "read_resource" and str(given.get("uri")).startswith(SHARED):
+                target = self.resolve(chosen or _any(allowed(self.names)))
             else:
                 target = self.resolve(chosen)
         except PgMcpError as exc:
@@ -317,6 +341,8 @@ class Databases:
             split = self._split(uri)
             if split is not None:
                 return self.resolve(split[0]), split[1]
+            if uri.startswith(SHARED):
+                return self.resolve(_any(allowed(self.names))), uri
             owner = self._owner_of(uri)
             if owner is not None:
                 return self.resolve(owner), uri
