@@ -417,7 +417,8 @@ def test_the_process_starts_with_one_database_down(tmp_path: Path, sales: str) -
     )
     server = Server(uv_run("--config", str(path)), clean_env(), tmp_path / "stderr")
     try:
-        server.initialize()
+        reply = server.initialize()
+        assert "list_databases names those you may use" in reply["result"]["instructions"]
         server.send(
             {
                 "jsonrpc": "2.0",

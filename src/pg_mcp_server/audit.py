@@ -75,7 +75,7 @@ def log_call(
     done, rows = outcome(result)
     fields = [
         f"caller={caller()}",
-        f"database={database or '-'}",
+        f"database={_plain(database) if database else '-'}",
         f"tool={_plain(tool)}",
     ]
     if (digest := sql_hash(arguments)) is not None:

@@ -168,11 +168,19 @@ async def check_definitions(settings: Settings) -> None:
         await check_file(settings, reserved(settings))
 
 
-def instructions(role_warnings: list[str]) -> str:
+SEVERAL = """
+This server serves several databases: list_databases names those you may use. Pass one as
+`database` to any tool; resources are pg://{database}/... (e.g. pg://sales/system_info)."""
+
+
+def instructions(role_warnings: list[str], *, several: bool = False) -> str:
+    text = INSTRUCTIONS
+    if several:
+        text = text.replace("one PostgreSQL database", "several PostgreSQL databases", 1) + SEVERAL
     if not role_warnings:
-        return INSTRUCTIONS
+        return text
     return (
-        INSTRUCTIONS
+        text
         + "\nNote: the database role has more rights than reading ("
         + "; ".join(role_warnings)
         + "). Queries are still refused unless read-only, but be careful with what you run."
@@ -249,7 +257,7 @@ class PgMcp:
             "pg-mcp-server",
             version=package_version(),
             title="PostgreSQL MCP server",
-            instructions=instructions(role_warnings or []),
+            instructions=instructions(role_warnings or [], several=self.config.several),
             lifespan=self._lifespan,
             get_tool_input_schema=self._input_schema,
             on_list_tools=self._list_tools,
@@ -411,12 +419,7 @@ class PgMcp:
         registry = self.registry
         if not isinstance(registry, Databases):
             return next(iter(self.config.databases))
-        chosen = arguments.get("database")
-        return (
-            registry.bound.get(tool)
-            or (chosen if isinstance(chosen, str) else None)
-            or (registry.default)
-        )
+        return registry.database_of(tool, arguments)
 
     async def _list_resources(
         self, ctx: ServerRequestContext[AppContext], params: PaginatedRequestParams | None
@@ -472,7 +475,7 @@ class PgMcp:
             if one.audit is not None:
                 found += [f"{name}: {w}" if name else w for w in await one.audit.wait()]
         if found:
-            result = {**result, "instructions": instructions(found)}
+            result = {**result, "instructions": instructions(found, several=self.config.several)}
         return result
 
     async def _every_request(

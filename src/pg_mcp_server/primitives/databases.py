@@ -221,7 +221,7 @@ class Databases:
             self._listed[usable] = listed
         return listed
 
-    @property
+    @cached_property
     def tools(self) -> dict[str, ToolDef]:
         """Input schemas by tool name (the SDK's header validation)."""
         found = {name: self._with_database(t, self.names) for name, t in self.builtin.items()}
@@ -290,6 +290,15 @@ class Databases:
                     known.add(p.name)
                     found.append(p)
         return found
+
+    def database_of(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        """For the audit line: the database a call was for, as it named it."""
+        chosen = arguments.get(DATABASE_ARGUMENT)
+        if tool == "read_resource" and (split := self._split(str(arguments.get("uri")))):
+            return split[0]
+        if tool in self.bound:
+            return self.bound[tool]
+        return chosen if isinstance(chosen, str) else self.default
 
     # --- calls
 

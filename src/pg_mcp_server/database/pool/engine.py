@@ -634,15 +634,12 @@ def _mapped(exc: Exception, ms: int) -> Exception:
 
 
 def _refused(exc: Exception) -> Exception:
-    """A failure to get a connection is the connection's failure, whatever PostgreSQL's
-    SQLSTATE says (a database with ALLOW_CONNECTIONS false answers 55000, which a statement's
-    failure would make INVALID_SQL)."""
-    if isinstance(exc, PgMcpError) and not isinstance(
-        exc, DatabaseConnectionError | QueryTimeoutError
-    ):
+    """A connection that could not be had is the connection's failure, whatever SQLSTATE
+    PostgreSQL gave (a database with ALLOW_CONNECTIONS false answers 55000, which for a
+    statement would be INVALID_SQL); the role checks' own refusals stay as they are."""
+    if isinstance(exc, InvalidSqlError):
         return DatabaseConnectionError(
-            "The database refused the connection: " + exc.message,
-            context=exc.context,
+            "The database refused the connection: " + exc.message, context=exc.context
         )
     return exc
 
