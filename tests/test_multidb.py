@@ -537,3 +537,45 @@ async def test_a_caller_sees_and_uses_only_its_databases(
 def test_a_database_may_not_be_named_like_a_builtin_uri(tmp_path: Path) -> None:
     path = write_config(tmp_path, "databases:\n  - {name: schemas, dsn: 'postgresql://u@h/d'}\n")
     assert any("databases[0].name: 'schemas' starts built-in" in line for line in problems(path))
+
+
+def test_two_files_defining_one_tool_stop_the_start(tmp_path: Path, sales: str, staff: str) -> None:
+    import subprocess
+    import sys
+
+    from serverproc import clean_env
+
+    (tmp_path / "a.yaml").write_text(textwrap.dedent(STAFF_TOOLS))
+    (tmp_path / "b.yaml").write_text(textwrap.dedent(STAFF_TOOLS))
+    path = write_config(
+        tmp_path,
+        f"""
+        databases:
+          - {{name: one, dsn: "{staff}", custom_definitions: a.yaml}}
+          - {{name: two, dsn: "{staff}", custom_definitions: b.yaml}}
+        """,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pg_mcp_server", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "tool staff_names is defined for databases one and two" in proc.stderr
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_one_database_from_the_file_is_served_under_its_name(
+    tmp_path: Path, sales: str
+) -> None:
+    from pg_mcp_server.app import AppContext
+
+    path = write_config(tmp_path, f"databases:\n  - name: sales\n    dsn: {sales}\n")
+    config = load(str(path))
+    server = build_server(config.settings, config=config)
+    async with server.lifespan(server) as app:
+        assert isinstance(app, AppContext)
+        assert app.name == "sales" and app.db.name == "sales"

@@ -263,9 +263,10 @@ class _Reader:
     def settings(
         self, where: str, connection: dict[str, Any], server: dict[str, Any], *, env: bool
     ) -> Settings | None:
-        server = {**server, **self.server_overrides}
-        if isinstance(server.get("custom_definitions"), str):
+        server = dict(server)
+        if isinstance(server.get("custom_definitions"), str):  # the file's: relative to it
             server["custom_definitions"] = os.path.join(self.base, server["custom_definitions"])
+        server.update(self.server_overrides)
         made_db: DatabaseSettings | None = None
         made_server: ServerSettings | None = None
         try:

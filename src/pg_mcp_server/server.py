@@ -328,7 +328,11 @@ class PgMcp:
 
             audit = RoleAudit()
         app = AppContext(
-            self.settings, self.db, sensitive=self.settings.server.sensitive_regex(), audit=audit
+            self.settings,
+            self.db,
+            sensitive=self.settings.server.sensitive_regex(),
+            audit=audit,
+            name=next(iter(self.config.databases)),
         )
         _ = app.results  # opened now: a store that cannot be opened stops the start
         try:
