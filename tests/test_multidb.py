@@ -123,8 +123,6 @@ async def test_each_database_answers_its_own_schema(tmp_path: Path, sales: str, 
         assert [r[0] for r in out["rows"]] == [2, 3]
         out = await call(client, "staff_names")
         assert [r[0] for r in out["rows"]] == ["dee"]  # staff's max_rows again
-        error = await call_error(client, "staff_names", database="sales")
-        assert error["error"]["code"] == "PARAMETER_ERROR"
 
 
 @pytest.mark.asyncio(loop_scope="session")
@@ -579,3 +577,24 @@ async def test_one_database_from_the_file_is_served_under_its_name(
     async with server.lifespan(server) as app:
         assert isinstance(app, AppContext)
         assert app.name == "sales" and app.db.name == "sales"
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_each_database_reloads_its_own_file(tmp_path: Path, sales: str, staff: str) -> None:
+    from eventually import eventually
+
+    async with serve(two(tmp_path, sales, staff)) as client:
+        assert "staff_names" in [t.name for t in (await client.list_tools()).tools]
+        (tmp_path / "staff.yaml").write_text(
+            textwrap.dedent(STAFF_TOOLS).replace("staff_names", "staff_list")
+        )
+
+        async def renamed() -> bool:
+            names = [t.name for t in (await client.list_tools()).tools]
+            return "staff_list" in names and "staff_names" not in names
+
+        await eventually(renamed, what="staff's tool renamed after its file changed")
+        out = await call(client, "staff_list")
+        assert [r[0] for r in out["rows"]] == ["dee"]
+        out = await call(client, "big_orders", least=30)  # sales's file is untouched
+        assert [r[0] for r in out["rows"]] == [3]

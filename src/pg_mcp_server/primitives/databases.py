@@ -308,16 +308,14 @@ class Databases:
         hub = app.hub
         assert hub is not None, "several databases have a hub"
         given = dict(arguments)
-        chosen = given.pop(DATABASE_ARGUMENT, None)
+        owner = self.bound.get(name)
+        chosen = None
+        if owner is None:
+            chosen = given.pop(DATABASE_ARGUMENT, None)
         try:
-            owner = self.bound.get(name)
             if owner is not None:
-                target = self.resolve(owner if chosen is None else chosen)
-                if target != owner:
-                    raise ParameterError(
-                        f"The tool {name} is defined for database {owner!r} only.",
-                        suggestion=f"Call it without database, or with database={owner!r}.",
-                    )
+                # a custom tool's arguments are its own (it may take one named `database`)
+                target = self.resolve(owner)
             elif name == "list_databases":
                 return await self.builtin[name].run(app, given)
             elif name == "read_resource" and (split := self._split(str(given.get("uri")))):
