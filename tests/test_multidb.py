@@ -598,3 +598,46 @@ async def test_each_database_reloads_its_own_file(tmp_path: Path, sales: str, st
         assert [r[0] for r in out["rows"]] == ["dee"]
         out = await call(client, "big_orders", least=30)  # sales's file is untouched
         assert [r[0] for r in out["rows"]] == [3]
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_over_http_with_two_workers(tmp_path: Path, sales: str, staff: str) -> None:
+    """The command over HTTP, its workers started from the configuration (pickled to each
+    spawned process): both databases answer, /health is 200 when both do."""
+    import subprocess
+
+    import httpx2 as httpx
+    from eventually import wait_for
+    from serverproc import EXECUTABLE, clean_env, free_port, http_answers
+
+    port = free_port()
+    path = two(tmp_path, sales, staff)
+    log = (tmp_path / "stderr").open("wb")
+    argv = ["--transport", "http", "--port", str(port), "--workers", "2", "--config", str(path)]
+    proc = subprocess.Popen(
+        [EXECUTABLE, *argv],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_for(lambda: http_answers(proc, base), 60), (tmp_path / "stderr").read_text()
+        async with httpx.AsyncClient(timeout=30) as http:
+            assert (await http.get(base + "/health")).status_code == 200
+        async with Client(base + "/mcp") as client:
+            out = await call(client, "list_tables", database="staff")
+            assert [t["name"] for t in out["tables"]] == ["people"]
+            out = await call(client, "execute_query", sql="SELECT count(*) AS n FROM orders")
+            assert out["rows"] == [[3]]
+            out = await call(client, "staff_names")
+            assert [r[0] for r in out["rows"]] == ["dee"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
+        log.close()
