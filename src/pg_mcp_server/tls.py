@@ -35,8 +35,9 @@ _VERSIONS = {
     "TLSv1.2": ssl.TLSVersion.TLSv1_2,
     "TLSv1.3": ssl.TLSVersion.TLSv1_3,
 }
-# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH: the chain is trusted, the name is not the host's.
-_HOSTNAME_MISMATCH = 62
+# OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and _IP_ADDRESS_MISMATCH: the chain is trusted, the
+# name (or address) is not the host's.
+_HOST_MISMATCH = (62, 64)
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,7 @@ def _version(name: str, key: str) -> ssl.TLSVersion:
 def explain(exc: BaseException, plan: TlsPlan, host: str) -> DatabaseConnectionError | None:
     """What a failed TLS handshake means, naming the setting at fault; None if not TLS's."""
     if isinstance(exc, ssl.SSLCertVerificationError):
-        if exc.verify_code == _HOSTNAME_MISMATCH:
+        if exc.verify_code in _HOST_MISMATCH:
             return DatabaseConnectionError(
                 f"The server's certificate does not name the host {host!r}: sslmode "
                 f"verify-full ({plan.mode_origin}) checks the host name against the "
@@ -291,10 +292,15 @@ def explain(exc: BaseException, plan: TlsPlan, host: str) -> DatabaseConnectionE
                 suggestion="Set PG_SSLCERT and PG_SSLKEY to a client certificate the server's "
                 "ssl_ca_file trusts.",
             )
-        return DatabaseConnectionError(
-            f"The server refused the client certificate {plan.cert.named()} ({exc.reason}).",
-            suggestion="The server must trust the CA that signed it (its ssl_ca_file), and "
-            "the certificate must be valid now.",
-            context={"setting": plan.cert.origin, "path": plan.cert.path},
-        )
+        return refused(plan.cert, str(exc.reason))
     return None
+
+
+def refused(cert: File, how: str) -> DatabaseConnectionError:
+    """The server ended the connection over our client certificate (`how`: what it did)."""
+    return DatabaseConnectionError(
+        f"The server refused the client certificate {cert.named()} ({how}).",
+        suggestion="The server must trust the CA that signed it (its ssl_ca_file), and the "
+        "certificate must be valid now; the server's log says which check failed.",
+        context={"setting": cert.origin, "path": cert.path},
+    )

@@ -2,8 +2,8 @@
 start-up audit alike, so that a host that never answers, a refused SSL upgrade, a certificate
 that is not trusted and a password command that fails say so (tls.py, passcmd.py).
 
-Light on purpose (asyncpg, the standard library and our errors only): the audit runs while the server starts,
-before SQLAlchemy and pglast are imported.
+Light on purpose (asyncpg, the standard library and our errors only): the audit runs while
+the server starts, before SQLAlchemy and pglast are imported.
 """
 
 from __future__ import annotations
@@ -66,6 +66,12 @@ async def connect(settings: DatabaseSettings, *, statement_cache_size: int) -> a
         if refused is None:
             raise
         raise refused from None
+    except (asyncpg.ConnectionDoesNotExistError, ConnectionResetError):
+        # TLS 1.3 checks a client certificate after the handshake: a server that refuses it
+        # sends an alert and closes, and what arrives first here is usually the reset.
+        if plan is None or plan.cert is None:
+            raise
+        raise tls.refused(plan.cert, "it closed the connection") from None
     except ConnectionError as exc:
         # asyncpg's words when the server answers "no SSL" to a connection that requires it;
         # left alone, that reads as "could not be reached".
