@@ -211,7 +211,11 @@ def tls_bed() -> Iterator[TlsBed]:
         hba_file = '{server_files / "pg_hba.conf"}'
         password_encryption = 'scram-sha-256'
     """)
-    cluster = LocalCluster(BINDIR, settings)
+    try:
+        cluster = LocalCluster(BINDIR, settings)
+    except BaseException:
+        shutil.rmtree(files, ignore_errors=True)
+        raise
     try:
         admin = f"postgresql://postgres@/postgres?host={cluster.root}&port={port}"
 

@@ -67,10 +67,6 @@ class TlsPlan:
     password: str | None = field(default=None, repr=False)  # the key's passphrase
 
 
-def _origin(setting: str, key: str, from_settings: bool) -> str:
-    return setting if from_settings else f"{key} in the DSN"
-
-
 def plan(
     settings: Mapping[str, str | None],
     dsn_params: Mapping[str, str],
@@ -97,6 +93,7 @@ def plan(
         mode, mode_origin = env["PGSSLMODE"], "PGSSLMODE"
     else:
         mode, mode_origin = "prefer", "the default sslmode"
+    mode = mode.replace("_", "-")  # asyncpg takes verify_full for verify-full
     rootcert, cert, key = pick("sslrootcert"), pick("sslcert"), pick("sslkey")
     files = [f for f in (rootcert, cert, key) if f is not None]
     if mode == "disable" or (mode not in VERIFYING and not files):
