@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from eventually import eventually
 from mcp import Client
-from mcpclient import call, records
+from mcpclient import call, call_error, records
 from pgbed import PG15_BINDIR, SERVER_ENV, wheel_bindir
 from pgcluster import SERVER_USER, LocalCluster
 
@@ -404,6 +404,7 @@ given = state / "password"
 print(given.read_text() if given.exists() else f"pw-{run}")
 """
 VISIBLE = "PGMCP_TEST_VISIBLE"  # not a secret: the child must still see it
+EXPANDED = "PGMCP_TEST_VAULT_TOKEN"  # read by a configuration file's ${VAR}
 
 
 @pytest.fixture
@@ -412,7 +413,9 @@ def command(tmp_path: Path) -> tuple[str, Path]:
     script.write_text(COMMAND)
     state = tmp_path / "state"
     state.mkdir()
-    (state / "watched.json").write_text(json.dumps([*sorted(secret_variables()), VISIBLE]))
+    (state / "watched.json").write_text(
+        json.dumps([*sorted(secret_variables()), VISIBLE, EXPANDED])
+    )
     return f"{sys.executable} {script} {state}", state
 
 
@@ -507,10 +510,12 @@ async def test_a_server_whose_connection_is_replaced_logs_in_with_the_new_token(
 async def test_the_command_sees_none_of_our_secrets(
     tls_bed: TlsBed, command: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Neither our settings' secrets nor a variable a configuration file's `${VAR}` read
+    (`hiding`) reach the command; other variables do."""
     line, state = command
     await _set_password(tls_bed, "pw-1")
-    settings = _command_settings(tls_bed, line)
-    for name in secret_variables():
+    settings = _command_settings(tls_bed, line).hiding({EXPANDED})
+    for name in [*secret_variables(), EXPANDED]:
         monkeypatch.setenv(name, "postgresql://u:leaked@h/db")
     monkeypatch.setenv(VISIBLE, "1")
     try:
@@ -555,3 +560,38 @@ async def test_a_command_that_hangs_is_killed_at_its_timeout(
     pid = int((state / "pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # the whole group was killed and reaped
+
+
+async def test_a_tool_call_says_which_part_of_the_connection_failed(
+    tls_bed: TlsBed, command: tuple[str, Path]
+) -> None:
+    """Through an MCP client: the caller reads CONNECTION_ERROR naming the failed command, then
+    the untrusted certificate, and the server keeps serving."""
+    line, state = command
+    (state / "mode").write_text("fail")
+    failing = Settings.load(
+        database={
+            "dsn": tls_bed.dsn(),
+            "sslmode": "verify-full",
+            "sslrootcert": str(tls_bed.ca),
+            "password_command": line,
+        }
+    )
+    untrusted = Settings.load(
+        database={
+            "dsn": tls_bed.dsn(),
+            "sslmode": "verify-full",
+            "sslrootcert": str(tls_bed.other_ca),
+            "password": PASSWORD,
+        }
+    )
+    for settings, said in (
+        (failing, f"PG_PASSWORD_COMMAND ({sys.executable}) exited with status 3."),
+        (untrusted, f"no CA in PG_SSLROOTCERT ({tls_bed.other_ca}) signed it"),
+    ):
+        async with Client(build_server(settings)) as client:
+            for _ in range(2):
+                body = await call_error(client, "list_schemas")
+                assert body["error"]["code"] == "CONNECTION_ERROR"
+                assert said in body["error"]["message"]
+                assert "pw-leaked" not in json.dumps(body) and PASSWORD not in json.dumps(body)

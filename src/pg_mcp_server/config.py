@@ -16,12 +16,13 @@ import getpass
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -148,6 +149,20 @@ class DatabaseSettings(BaseSettings):
     default_schema: str = Field(
         default="public", description="Schema used when a tool call names none"
     )
+
+    # Variables a configuration file's `${VAR}` expansion read (they may hold secrets too):
+    # kept, like secret_variables(), out of PG_PASSWORD_COMMAND's environment. Not a setting.
+    _hidden_variables: frozenset[str] = PrivateAttr(default=frozenset())
+
+    def hiding(self, names: Iterable[str]) -> DatabaseSettings:
+        """A copy whose child processes (PG_PASSWORD_COMMAND) are also not given `names`."""
+        copy = self.model_copy()
+        copy._hidden_variables = self._hidden_variables | frozenset(names)
+        return copy
+
+    def hidden_variables(self) -> frozenset[str]:
+        """What PG_PASSWORD_COMMAND's environment leaves out."""
+        return secret_variables() | self._hidden_variables
 
     @field_validator("dsn")
     @classmethod

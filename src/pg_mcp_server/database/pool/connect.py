@@ -35,7 +35,9 @@ async def connect(settings: DatabaseSettings, *, statement_cache_size: int) -> a
         # Run here rather than as asyncpg's password callable: the command has a timeout of
         # its own, and its failure is not reported as the database's not answering.
         kwargs["password"] = await passcmd.password(
-            settings.password_command, settings.password_command_timeout
+            settings.password_command,
+            settings.password_command_timeout,
+            settings.hidden_variables(),
         )
     try:
         return await asyncpg.connect(

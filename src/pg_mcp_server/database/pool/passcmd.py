@@ -17,7 +17,6 @@ import os
 import shlex
 import signal
 
-from pg_mcp_server.config import secret_variables
 from pg_mcp_server.errors import DatabaseConnectionError
 
 logger = logging.getLogger(__name__)
@@ -35,9 +34,9 @@ def argv(command: str) -> list[str]:
     return words
 
 
-def child_environment() -> dict[str, str]:
-    """This process's environment without the variables that hold our secrets."""
-    hidden = secret_variables()
+def child_environment(hidden: frozenset[str]) -> dict[str, str]:
+    """This process's environment without `hidden`, the variables that hold our secrets
+    (DatabaseSettings.hidden_variables)."""
     return {name: value for name, value in os.environ.items() if name not in hidden}
 
 
@@ -58,9 +57,10 @@ def _kill(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def password(command: str, timeout: float) -> str:
+async def password(command: str, timeout: float, hidden: frozenset[str]) -> str:
     """Run `command` and return the first line it printed, stripped; raises
-    DatabaseConnectionError naming the command's first word (never its output)."""
+    DatabaseConnectionError naming the command's first word (never its output). `hidden`:
+    the environment variables the command is not given."""
     words = argv(command)
     name = words[0]
     try:
@@ -69,7 +69,7 @@ async def password(command: str, timeout: float) -> str:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=child_environment(),
+            env=child_environment(hidden),
             start_new_session=True,
         )
     except OSError as exc:
