@@ -46,6 +46,7 @@ from pg_mcp_server.errors import DatabaseConnectionError
 from pg_mcp_server.server import build_server
 
 PASSWORD = "s3cret-reader"  # the scram role's, for the TLS tests
+KEY_PASSPHRASE = "key-passphrase-1"
 
 
 def _ssl_bindir() -> Path | None:
@@ -133,14 +134,19 @@ def _cert(
     return builder.sign(issuer[1] if issuer else key, hashes.SHA256())
 
 
-def _write_pem(path: Path, item: x509.Certificate | ec.EllipticCurvePrivateKey) -> Path:
+def _write_pem(
+    path: Path, item: x509.Certificate | ec.EllipticCurvePrivateKey, passphrase: str = ""
+) -> Path:
     if isinstance(item, x509.Certificate):
         data = item.public_bytes(serialization.Encoding.PEM)
     else:
+        encryption: serialization.KeySerializationEncryption = (
+            serialization.BestAvailableEncryption(passphrase.encode())
+            if passphrase
+            else serialization.NoEncryption()
+        )
         data = item.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
         )
     path.write_bytes(data)
     path.chmod(0o600)
@@ -157,6 +163,7 @@ class TlsBed:
     client_key: Path
     stranger_cert: Path  # CN=certuser, signed by the other CA
     stranger_key: Path
+    encrypted_key: Path  # client_key, encrypted with KEY_PASSPHRASE
     files: Path  # a directory for the tests' own files
 
     def dsn(self, user: str = "reader", host: str = "localhost") -> str:
@@ -242,6 +249,7 @@ def tls_bed() -> Iterator[TlsBed]:
                 files / "stranger.crt", _cert("certuser", stranger_key, (other, other_key))
             ),
             stranger_key=_write_pem(files / "stranger.key", stranger_key),
+            encrypted_key=_write_pem(files / "encrypted.key", client_key, KEY_PASSPHRASE),
             files=files,
         )
     finally:
@@ -362,6 +370,28 @@ async def test_without_a_client_certificate_the_cert_role_is_refused_saying_so(
     )
     error = await _refusal(settings)
     assert "client certificate" in error.message
+
+
+async def test_an_encrypted_key_opens_with_its_passphrase_and_says_so_without(
+    tls_bed: TlsBed,
+) -> None:
+    def settings(**passphrase: str) -> DatabaseSettings:
+        return _settings(
+            tls_bed.dsn("certuser"),
+            sslmode="verify-full",
+            sslrootcert=str(tls_bed.ca),
+            sslcert=str(tls_bed.client_cert),
+            sslkey=str(tls_bed.encrypted_key),
+            **passphrase,
+        )
+
+    assert await _ssl_user(settings(sslpassword=KEY_PASSPHRASE)) == ("certuser", True)
+    wrong = await _refusal(settings(sslpassword="not-the-passphrase"))
+    assert "the key is encrypted and PG_SSLPASSWORD does not open it" in wrong.message
+    assert f"PG_SSLKEY ({tls_bed.encrypted_key})" in wrong.message
+    assert "not-the-passphrase" not in wrong.message + str(wrong.suggestion)
+    unset = await _refusal(settings())
+    assert "the key is encrypted and PG_SSLPASSWORD is not set" in unset.message
 
 
 async def test_a_missing_key_file_is_named_with_its_setting(tls_bed: TlsBed) -> None:

@@ -230,23 +230,34 @@ def _client_certificate(ctx: ssl.SSLContext, plan: TlsPlan) -> None:
     except ssl.SSLError as exc:
         reason = str(exc.reason or exc.library or "unreadable")
         named = f"{cert.named()} with {key.named()}" if key else cert.named()
-        if "DECRYPT" in reason.upper() or "BAD PASSWORD" in reason.upper():
+        if _encrypted(key or cert):
+            # OpenSSL says only "PEM lib" for a wrong passphrase, as for a file that is no PEM.
+            how = "does not open it" if passphrase else "is not set"
             why, fix = (
-                "the key is encrypted and PG_SSLPASSWORD does not open it",
-                ("Set PG_SSLPASSWORD to the key's passphrase (or use an unencrypted key file)."),
+                f"the key is encrypted and PG_SSLPASSWORD {how}",
+                "Set PG_SSLPASSWORD to the key's passphrase (or use an unencrypted key file).",
             )
         elif "MISMATCH" in reason.upper():
             why, fix = "the key is not the certificate's", "Pair the certificate with its key."
         else:
             why, fix = (
                 f"not a PEM certificate and key ({reason})",
-                ("PG_SSLCERT must name a PEM certificate and PG_SSLKEY its PEM private key."),
+                "PG_SSLCERT must name a PEM certificate and PG_SSLKEY its PEM private key.",
             )
         raise DatabaseConnectionError(
             f"The client certificate {named} cannot be used: {why}.",
             suggestion=fix,
             context={"setting": cert.origin, "path": cert.path},
         ) from None
+
+
+def _encrypted(file: File) -> bool:
+    """Whether a PEM key file is encrypted (PKCS#8's or OpenSSL's traditional header)."""
+    try:
+        with open(file.path, "rb") as pem:
+            return b"ENCRYPTED" in pem.read(1 << 20)
+    except OSError:
+        return False
 
 
 def _version(name: str, key: str) -> ssl.TLSVersion:
