@@ -4,7 +4,7 @@ Precedence is CLI flag > environment > `.env` > default: `__main__` passes CLI v
 arguments, which pydantic-settings ranks above every other source. Every field has a
 description, and `tests/test_config.py` checks that each is documented in the README.
 
-Its size (~470 lines) is every setting with its validation and its message: the one
+Its size (~700 lines) is every setting with its validation and its message: the one
 settings object.
 """
 
