@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from mcpclient import records
+from pydantic import ValidationError
 from serverproc import EXECUTABLE, Server, clean_env
 
 from pg_mcp_server import dsn as dsn_text
@@ -19,7 +20,9 @@ from pg_mcp_server.config import (
     DatabaseSettings,
     ServerSettings,
     Settings,
+    describe_errors,
     package_version,
+    secret_variables,
     unknown_settings,
 )
 
@@ -220,3 +223,61 @@ def test_pg_database_alone_logs_in_as_pguser_and_says_so(tmp_path: Path, demo_ds
         assert f"logging in as {target.user!r} (PGUSER)" in "\n".join(server.log_lines())
     finally:
         server.close()
+
+
+def _config_error(**database: object) -> str:
+    with pytest.raises(ValidationError) as caught:
+        Settings.load(database={"dsn": "postgresql://reader@db.example.com/app", **database})
+    return "\n".join(describe_errors(caught.value))
+
+
+def test_a_certificate_file_under_a_mode_that_checks_nothing_is_refused() -> None:
+    """libpq's default sslmode (prefer) would ignore the root certificate, and may not even
+    encrypt: a setting that looks like protection and is none."""
+    line = _config_error(sslrootcert="/etc/ssl/ca.pem")
+    assert "PG_SSLROOTCERT is set, but sslmode is prefer" in line and "verify-full" in line
+    dsn = "postgresql://reader@db/app?sslmode=allow&sslcert=/c.crt"
+    assert "sslcert in the DSN is set, but sslmode is allow" in _config_error(dsn=dsn)
+    assert "without a client certificate" in _config_error(sslmode="require", sslkey="/k.pem")
+    assert "needs sslmode verify-full" in _config_error(sslmode="verify-ca", sslrootcert="system")
+
+
+def test_tls_settings_win_over_the_dsns_and_nothing_changes_without_them() -> None:
+    dsn = "postgresql://reader@db/app?sslmode=verify-ca&sslrootcert=/dsn-ca.pem&sslkey=/k.pem"
+    plan = Settings.load(
+        database={"dsn": dsn, "sslmode": "verify-full", "sslcert": "/c.pem"}
+    ).database.tls()
+    assert plan is not None
+    assert (plan.mode, plan.mode_origin) == ("verify-full", "PG_SSLMODE")
+    assert plan.rootcert is not None and plan.rootcert.named() == (
+        "sslrootcert in the DSN (/dsn-ca.pem)"
+    )
+    assert plan.cert is not None and plan.cert.origin == "PG_SSLCERT"
+    assert plan.key is not None and plan.key.origin == "sslkey in the DSN"
+    for plain in ({}, {"sslmode": "require"}, {"dsn": "postgresql://r@h/a?sslmode=prefer"}):
+        settings = Settings.load(database={"dsn": "postgresql://r@h/a", **plain}).database
+        assert settings.tls() is None  # asyncpg connects exactly as before
+
+
+def test_a_password_command_and_a_password_are_not_both_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PG_PASSWORD", "s3cret-never-shown")
+    line = _config_error(password_command="vault kv get -field=password secret/db")
+    assert "PG_PASSWORD and PG_PASSWORD_COMMAND are both set" in line
+    assert "s3cret-never-shown" not in line
+    monkeypatch.delenv("PG_PASSWORD")
+    assert "cannot be split" in _config_error(password_command="vault 'unclosed")
+    settings = Settings.load(
+        database={"dsn": "postgresql://r:in-dsn@h/a", "password_command": "aws rds x"}
+    ).database
+    assert "PG_PASSWORD_COMMAND (aws)" in settings.target().describe()
+    assert "in-dsn" not in settings.target().describe()
+
+
+def test_the_key_passphrase_is_a_secret() -> None:
+    settings = Settings.load(
+        database={"dsn": "postgresql://r@h/a", "sslpassword": "key-passphrase-x"}
+    )
+    assert "key-passphrase-x" not in repr(settings)
+    assert "PG_SSLPASSWORD" in secret_variables()

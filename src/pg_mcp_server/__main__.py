@@ -61,6 +61,7 @@ SECRET_VARIABLES = (
     "PG_DSN",
     "DATABASE_URL",
     "PG_PASSWORD",
+    "PG_SSLPASSWORD",
     "MCP_AUTH_TOKENS",
     "MCP_EMBEDDING_API_KEY",
     "MCP_RESULT_STORE",
@@ -297,7 +298,7 @@ def banner(argv: Sequence[str]) -> str:
         # Tokens are for HTTP clients, and this is the stdio transport.
         if name not in known or not value or name == "MCP_AUTH_TOKENS":
             continue
-        if name in ("PG_PASSWORD", "MCP_EMBEDDING_API_KEY") or (
+        if name in ("PG_PASSWORD", "PG_SSLPASSWORD", "MCP_EMBEDDING_API_KEY") or (
             name in SECRET_VARIABLES and _shown_dsn(value) != value
         ):
             passed.append(f'-e {name}="${name}"')

@@ -4,7 +4,7 @@ Precedence is CLI flag > environment > `.env` > default: `__main__` passes CLI v
 arguments, which pydantic-settings ranks above every other source. Every field has a
 description, and `tests/test_config.py` checks that each is documented in the README.
 
-Its size (~470 lines) is every setting with its validation and its message: the one
+Its size (~700 lines) is every setting with its validation and its message: the one
 settings object.
 """
 
@@ -15,12 +15,14 @@ import difflib
 import getpass
 import os
 import re
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AliasChoices,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -33,7 +35,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from pg_mcp_server import dsn as dsn_text
+from pg_mcp_server import dsn as dsn_text, tls as tls_plan
 
 APPLICATION_NAME = "pg-mcp-server"
 # The name on PyPI ("pg-mcp-server" there is another project); the command is pg-mcp-server.
@@ -81,6 +83,41 @@ class DatabaseSettings(BaseSettings):
             description="TLS mode as in libpq (use require or verify-full in production)",
         )
     )
+    sslrootcert: str | None = Field(
+        default=None,
+        description=(
+            "File of the CA certificates that sign the server's certificate (libpq's "
+            "sslrootcert; `system`: the system's CAs, with verify-full); wins over sslrootcert "
+            "in the DSN"
+        ),
+    )
+    sslcert: str | None = Field(
+        default=None,
+        description="Client certificate file, for cert authentication (libpq's sslcert)",
+    )
+    sslkey: str | None = Field(
+        default=None,
+        description="The client certificate's private key file (libpq's sslkey; default: "
+        "the key in the PG_SSLCERT file)",
+    )
+    sslpassword: SecretStr | None = Field(
+        default=None,
+        description="Passphrase of an encrypted PG_SSLKEY (a secret: never logged or echoed)",
+    )
+    password_command: str | None = Field(
+        default=None,
+        description=(
+            "Command run (without a shell) for every new connection; the first line it prints "
+            "is the password (a short-lived token: aws rds generate-db-auth-token, a vault "
+            "client)"
+        ),
+    )
+    password_command_timeout: float = Field(
+        default=15.0,
+        gt=0,
+        le=300,
+        description="Seconds PG_PASSWORD_COMMAND may run before it is killed",
+    )
 
     pool_size: int = Field(default=5, ge=1, le=20, description="Connection pool size")
     pool_timeout: float = Field(
@@ -113,12 +150,43 @@ class DatabaseSettings(BaseSettings):
         default="public", description="Schema used when a tool call names none"
     )
 
+    # Variables a configuration file's `${VAR}` expansion read (they may hold secrets too):
+    # kept, like secret_variables(), out of PG_PASSWORD_COMMAND's environment. Not a setting.
+    _hidden_variables: frozenset[str] = PrivateAttr(default=frozenset())
+
+    def hiding(self, names: Iterable[str]) -> DatabaseSettings:
+        """A copy whose child processes (PG_PASSWORD_COMMAND) are also not given `names`."""
+        copy = self.model_copy()
+        copy._hidden_variables = self._hidden_variables | frozenset(names)
+        return copy
+
+    def hidden_variables(self) -> frozenset[str]:
+        """What PG_PASSWORD_COMMAND's environment leaves out."""
+        return secret_variables() | self._hidden_variables
+
     @field_validator("dsn")
     @classmethod
     def _dsn_works(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None:
             dsn_text.to_uri(value.get_secret_value())  # raises DsnError (a ValueError)
         return value
+
+    @model_validator(mode="after")
+    def _credentials_and_tls_agree(self) -> DatabaseSettings:
+        if self.password_command is not None:
+            if self.password is not None:
+                raise ValueError(
+                    "PG_PASSWORD and PG_PASSWORD_COMMAND are both set: set one (the command "
+                    "prints a fresh password for every connection)"
+                )
+            try:
+                words = shlex.split(self.password_command)
+            except ValueError as exc:
+                raise ValueError(f"PG_PASSWORD_COMMAND cannot be split into words: {exc}") from None
+            if not words:
+                raise ValueError("PG_PASSWORD_COMMAND is empty")
+        self.tls()  # raises ValueError for files under a mode that ignores them
+        return self
 
     @model_validator(mode="after")
     def _need_a_target(self) -> DatabaseSettings:
@@ -163,16 +231,38 @@ class DatabaseSettings(BaseSettings):
             kwargs["ssl"] = self.sslmode
         return kwargs
 
+    def tls(self) -> tls_plan.TlsPlan | None:
+        """The TLS plan (tls.py) when a verifying sslmode or a certificate file is configured,
+        here or in the DSN; None otherwise, and asyncpg's own handling applies as before."""
+        params = dsn_text.ssl_params(self.dsn.get_secret_value()) if self.dsn else {}
+        if (
+            not params
+            and not (self.sslrootcert or self.sslcert or self.sslkey)
+            and (self.sslmode not in tls_plan.VERIFYING)
+        ):
+            return None  # every connect asks: the common case costs no more than this
+        given = {
+            "sslmode": self.sslmode,
+            "sslrootcert": self.sslrootcert,
+            "sslcert": self.sslcert,
+            "sslkey": self.sslkey,
+            "sslpassword": self.sslpassword.get_secret_value() if self.sslpassword else None,
+        }
+        return tls_plan.plan(given, params)
+
     def target(self) -> dsn_text.Target:
         """Where the server connects (for messages: no password)."""
         if self.dsn is not None:
             found = dsn_text.target(self.dsn.get_secret_value())
         else:
             found = dsn_text.Target(self.host, str(self.port), self.database, self.user)
-        if self.password is None:
+        source = "PG_PASSWORD" if self.password is not None else None
+        if self.password_command is not None:
+            source = f"PG_PASSWORD_COMMAND ({shlex.split(self.password_command)[0]})"
+        if source is None:
             return found
         return dataclasses.replace(
-            found, password_from="PG_PASSWORD", password_overridden=found.password_from is not None
+            found, password_from=source, password_overridden=found.password_from is not None
         )
 
 
@@ -507,7 +597,7 @@ class ServerSettings(BaseSettings):
 GROUPS = ("database", "server")
 _PREFIX = {"DatabaseSettings": "PG_", "ServerSettings": "MCP_"}
 # never echo what was given for these
-_SECRET = {"dsn", "password", "auth_tokens", "embedding_api_key"}
+_SECRET = {"dsn", "password", "sslpassword", "auth_tokens", "embedding_api_key"}
 
 
 def describe_errors(exc: ValidationError, flags: dict[str, str] | None = None) -> list[str]:
@@ -563,6 +653,26 @@ class Settings(BaseSettings):
             database=DatabaseSettings(**db_overrides),
             server=ServerSettings(**srv_overrides),
         )
+
+
+def _holds_secret(annotation: object) -> bool:
+    return annotation is SecretStr or any(_holds_secret(a) for a in get_args(annotation))
+
+
+def secret_variables() -> frozenset[str]:
+    """Every environment variable that may hold one of our secrets: the settings typed
+    SecretStr (with their aliases), MCP_RESULT_STORE (a redis:// URL's password) and libpq's
+    PGPASSWORD. Kept from the environment of a child such as PG_PASSWORD_COMMAND."""
+    names = {"MCP_RESULT_STORE", "PGPASSWORD"}
+    for model, prefix in ((DatabaseSettings, "PG_"), (ServerSettings, "MCP_")):
+        for field_name, field in model.model_fields.items():
+            if not _holds_secret(field.annotation):
+                continue
+            names.add(f"{prefix}{field_name.upper()}")
+            alias = field.validation_alias
+            if isinstance(alias, AliasChoices):
+                names.update(a for a in alias.choices if isinstance(a, str) and a.isupper())
+    return frozenset(names)
 
 
 def setting_names() -> list[str]:

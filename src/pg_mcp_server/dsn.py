@@ -184,6 +184,15 @@ def _check_ports(spec: str) -> None:
             raise DsnError(f"port {unquote(port)[:20]!r} is not a number from 1 to 65535")
 
 
+def ssl_params(dsn: str) -> dict[str, str]:
+    """The TLS parameters in `dsn`'s query (libpq's names: sslmode, sslrootcert, ...), the last
+    of each, as asyncpg reads them."""
+    if "ssl" not in dsn:  # the common case, without parsing
+        return {}
+    query = parse_qs(urlsplit(to_uri(dsn)).query)
+    return {k: v[-1] for k, v in query.items() if k.startswith("ssl")}
+
+
 def target(dsn: str) -> Target:
     """What `dsn` (already checked) names; the parts it leaves out stay None."""
     parts = urlsplit(to_uri(dsn))
