@@ -641,3 +641,23 @@ async def test_over_http_with_two_workers(tmp_path: Path, sales: str, staff: str
             proc.kill()
             proc.wait(15)
         log.close()
+
+
+def test_the_files_variables_are_kept_from_children_and_its_paths_are_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("B_SECRET", "s3cret-value")
+    path = write_config(
+        tmp_path,
+        """
+        databases:
+          - {name: b, host: h, database: d, password: "${B_SECRET}", sslmode: verify-full,
+             sslrootcert: certs/root.crt}
+        """,
+    )
+    config = load(str(path))
+    db = config.databases["b"].settings.database
+    assert config.variables == {"B_SECRET"}
+    assert "B_SECRET" in db.hidden_variables()  # PG_PASSWORD_COMMAND's environment
+    assert db.password is not None and db.password.get_secret_value() == "s3cret-value"
+    assert db.sslrootcert == str(tmp_path / "certs" / "root.crt")

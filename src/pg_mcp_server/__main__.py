@@ -557,7 +557,7 @@ def _main(argv: Sequence[str] | None) -> int:
         check_bind(settings)
         if settings.server.transport == "stdio" and _is_terminal(sys.stdin):
             print(banner(sys.argv), file=sys.stderr, flush=True)
-        for name in SECRET_VARIABLES:
+        for name in (*SECRET_VARIABLES, *config.variables):
             os.environ.pop(name, None)
         with database(args, settings) as serving:
             if serving is not settings:  # --demo: its DSN for the one database

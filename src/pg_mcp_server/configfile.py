@@ -68,6 +68,8 @@ ENTRY_KEYS = frozenset({"name", "default", "description"})
 # built-in URIs start with.
 RESERVED_NAMES = frozenset({"schemas", "settings", "stat", "system_info", "results", "queries"})
 TOP_KEYS = ("server", "databases", "users", "auth")
+# A database entry's files, relative to the configuration file when not absolute.
+FILE_FIELDS = ("sslrootcert", "sslcert", "sslkey")
 # Values never shown in a message (the pydantic error would echo them).
 _SECRET_WORDS = ("dsn", "password", "token", "secret", "api_key")
 
@@ -114,6 +116,9 @@ class ServerConfig:
     users: tuple[UserEntry, ...] = ()
     auth: AuthSettings = field(default_factory=AuthSettings)
     path: str | None = None
+    # The environment variables the file names (${VAR}): taken out of the environment once
+    # read, and kept from PG_PASSWORD_COMMAND's, like the secret settings' own.
+    variables: frozenset[str] = frozenset()
 
     @property
     def default(self) -> str | None:
@@ -183,6 +188,7 @@ class _Reader:
         self.server_overrides = {k: v for k, v in server_overrides.items() if v is not None}
         self.db_overrides = {k: v for k, v in db_overrides.items() if v is not None}
         self.problems: list[str] = []
+        self.variables: set[str] = set()
 
     def problem(self, where: str, what: str) -> None:
         self.problems.append(f"{self.path}: {where}: {what}")
@@ -194,9 +200,13 @@ class _Reader:
             raise ConfigFileError([f"{self.path}: (file): must be a mapping of {TOP_KEYS}"])
         self.unknown_keys(raw, TOP_KEYS, "")
         raw = self.expanded(raw, "")
+        hidden = frozenset(self.variables)
         server = self.mapping(raw.get("server"), "server")
         server = self.known_settings(server, "server", set(ServerSettings.model_fields))
-        databases = self.databases(raw.get("databases"), server)
+        databases = {
+            name: dataclasses.replace(entry, settings=_hiding(entry.settings, hidden))
+            for name, entry in self.databases(raw.get("databases"), server).items()
+        }
         users = self.models(raw.get("users"), "users", UserEntry)
         auth = AuthSettings()
         if raw.get("auth") is not None:
@@ -204,7 +214,7 @@ class _Reader:
         self.check_users(users, databases, auth)
         if self.problems:
             raise ConfigFileError(self.problems)
-        return ServerConfig(databases, tuple(users), auth, self.path)
+        return ServerConfig(databases, tuple(users), auth, self.path, hidden)
 
     # --- the parts
 
@@ -252,6 +262,10 @@ class _Reader:
                 self.problem(f"{where}.description", "must be a string")
                 description = None
             connection = {k: v for k, v in entry.items() if k in DatabaseSettings.model_fields}
+            for key in FILE_FIELDS:
+                value = connection.get(key)
+                if isinstance(value, str) and value != "system":  # libpq's: the system's CAs
+                    connection[key] = os.path.join(self.base, os.path.expanduser(value))
             own = {k: v for k, v in entry.items() if k in PER_DATABASE}
             settings = self.settings(where, connection, {**server, **own}, env=False)
             if settings is None:
@@ -357,6 +371,7 @@ class _Reader:
             if not _VARIABLE_NAME.match(name):
                 self.problem(where, f"${{{name[:40]}}} is not an environment variable's name")
                 return ""
+            self.variables.add(name)
             found = os.environ.get(name)
             if found is None:
                 self.problem(where, f"environment variable {name} is not set")
@@ -380,6 +395,12 @@ class _Reader:
             if "input" in err and not secret and err["type"] != "value_error":
                 message += f" (got {str(err['input'])[:40]!r})"
             self.problem(place, message)
+
+
+def _hiding(settings: Settings, names: frozenset[str]) -> Settings:
+    if not names:
+        return settings
+    return settings.model_copy(update={"database": settings.database.hiding(names)})
 
 
 def _join(where: str, key: str) -> str:
