@@ -661,3 +661,27 @@ def test_the_files_variables_are_kept_from_children_and_its_paths_are_its_own(
     assert "B_SECRET" in db.hidden_variables()  # PG_PASSWORD_COMMAND's environment
     assert db.password is not None and db.password.get_secret_value() == "s3cret-value"
     assert db.sslrootcert == str(tmp_path / "certs" / "root.crt")
+
+
+def test_users_are_checked_without_showing_a_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANN_TOKEN", "tok-9f8e7d")
+    path = write_config(
+        tmp_path,
+        """
+        databases:
+          - {name: a, dsn: "postgresql://u@h/d"}
+        users:
+          - {name: ann, token: "${ANN_TOKEN}", databases: {a: {role: reader}}}
+          - {name: bob, token: "${ANN_TOKEN}", databases: {b: {}}}
+          - {name: ann}
+        auth: {stdio_user: anne}
+        """,
+    )
+    lines = problems(path)
+    assert f"{path}: users[1].token: is the token of an earlier user" in lines
+    assert f"{path}: users[1].databases: no database named 'b'" in lines
+    assert f"{path}: users[2].name: 'ann' is the name of an earlier user" in lines
+    assert f"{path}: auth.stdio_user: no user named 'anne'; did you mean 'ann'?" in lines
+    assert "tok-9f8e7d" not in " ".join(lines)

@@ -326,6 +326,16 @@ class _Reader:
                 if db != "*" and databases and db not in databases:
                     hint = _did_you_mean(db, list(databases))
                     self.problem(f"users[{i}].databases", f"no database named {db!r}{hint}")
+        for kind, values in (
+            ("subject", [u.subject for u in users]),
+            ("token", [u.token.get_secret_value() if u.token else None for u in users]),
+        ):
+            for i, value in enumerate(values):
+                if value is not None and value in values[:i]:
+                    # a token's value is never shown: only that it repeats
+                    self.problem(f"users[{i}].{kind}", f"is the {kind} of an earlier user")
+        if auth.oauth is not None and not users:
+            self.problem("auth.oauth", "needs users: a token's subject names a user entry")
         if auth.stdio_user is not None and auth.stdio_user not in names:
             hint = _did_you_mean(auth.stdio_user, names)
             self.problem("auth.stdio_user", f"no user named {auth.stdio_user!r}{hint}")
