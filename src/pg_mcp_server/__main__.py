@@ -158,11 +158,11 @@ def load_settings(args: argparse.Namespace) -> Settings:
         raise ConfigError(describe_errors(exc, FLAGS)) from None
 
 
-def load_config(args: argparse.Namespace) -> ServerConfig:
+def load_config(args: argparse.Namespace) -> tuple[Settings, ServerConfig | None]:
     """The environment (and flags) alone, or with the configuration file (--config,
-    MCP_CONFIG_FILE): the file wins over the environment, a flag over the file."""
+    MCP_CONFIG_FILE): the file wins over the environment, a flag over the file. Without a
+    file the configuration is None (and configfile.py is not even imported)."""
     from pg_mcp_server.config import ServerSettings
-    from pg_mcp_server.configfile import ConfigFileError, ServerConfig, load
 
     overrides = {k: v for k, v in server_overrides(args).items() if v is not None}
     try:
@@ -170,7 +170,9 @@ def load_config(args: argparse.Namespace) -> ServerConfig:
     except ValidationError:
         path = overrides.get("config_file")  # else load_settings names every bad setting
     if path is None:
-        return ServerConfig.single(load_settings(args))
+        return load_settings(args), None
+    from pg_mcp_server.configfile import ConfigFileError, load
+
     dsn = DEMO_PLACEHOLDER if args.demo else args.dsn
     try:
         config = load(path, overrides, {"dsn": dsn})
@@ -178,7 +180,7 @@ def load_config(args: argparse.Namespace) -> ServerConfig:
         raise ConfigError(exc.lines) from None
     if args.demo and config.several:
         raise ConfigError([f"{path}: databases: --demo serves one database, not a list"])
-    return config
+    return config.settings, config
 
 
 def check_bind(settings: Settings) -> None:
@@ -487,9 +489,8 @@ def refuse_clashing_definitions(config: ServerConfig) -> None:
             seen[item] = name
 
 
-def serve(config: ServerConfig, signals: Signals) -> None:
-    settings = config.settings
-    if config.several:
+def serve(settings: Settings, config: ServerConfig | None, signals: Signals) -> None:
+    if config is not None and config.several:
         role_warnings = check_roles(config)
         refuse_clashing_definitions(config)
     else:
@@ -543,12 +544,11 @@ def _main(argv: Sequence[str] | None) -> int:
     signals.install()
     try:
         try:
-            config = load_config(args)
+            settings, config = load_config(args)
         except ConfigError as exc:
             for line in exc.lines:
                 print(f"pg-mcp-server: invalid configuration: {line}", file=sys.stderr)
             return 2
-        settings = config.settings
         configure_logging(settings.server.log_level, settings.server.log_format)
         for line in unknown_settings(os.environ):
             logging.getLogger("pg_mcp_server").warning(line)
@@ -557,13 +557,13 @@ def _main(argv: Sequence[str] | None) -> int:
         check_bind(settings)
         if settings.server.transport == "stdio" and _is_terminal(sys.stdin):
             print(banner(sys.argv), file=sys.stderr, flush=True)
-        for name in (*SECRET_VARIABLES, *config.variables):
+        for name in (*SECRET_VARIABLES, *(config.variables if config is not None else ())):
             os.environ.pop(name, None)
         with database(args, settings) as serving:
-            if serving is not settings:  # --demo: its DSN for the one database
+            if serving is not settings and config is not None:  # --demo's DSN, from the file
                 config = config.with_settings(serving)
             try:
-                serve(config, signals)
+                serve(serving, config, signals)
             finally:
                 signals.stopping()
     except RefusedToStart as exc:

@@ -66,11 +66,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from pg_mcp_server.app import AppContext, Hub
 from pg_mcp_server.config import Settings, package_version
-from pg_mcp_server.configfile import ServerConfig
 from pg_mcp_server.middleware import bounded_errors
 
 if TYPE_CHECKING:
     from pg_mcp_server.app import Pools
+    from pg_mcp_server.configfile import ServerConfig
     from pg_mcp_server.custom.build import Loaded
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
@@ -218,7 +218,10 @@ class PgMcp:
         configuration file, configfile.py) with several databases serves each through its
         own registry and AppContext (primitives/databases.py); `dbs` are their shared pools,
         as `db` is for one."""
-        self.config = config or ServerConfig.single(settings)
+        self.config = config
+        # None without a configuration file: then configfile.py is not imported (start-up)
+        self.several = config is not None and config.several
+        self.database_name = next(iter(config.databases)) if config is not None else "default"
         self.settings = settings
         self.role_warnings = role_warnings
         self.db = db
@@ -227,19 +230,23 @@ class PgMcp:
         self.freeze_when_loaded = False
         self.custom: CustomDefinitions | None = None
         self.units: dict[str, Unit] = {}
-        if self.config.several:
+        if config is not None and config.several:
             from pg_mcp_server.primitives.databases import Unit
 
             self.units = {
                 name: Unit(entry, self._definitions_changed)
-                for name, entry in self.config.databases.items()
+                for name, entry in config.databases.items()
             }
         elif settings.server.custom_definitions is not None:
             from pg_mcp_server.custom.reload import CustomDefinitions
 
             self.custom = CustomDefinitions(settings, reserved(settings), self._definitions_changed)
-        self.audit_calls = self.config.audit
-        self.audit_parameters = self.config.auth.audit_parameters
+        if config is not None:
+            self.audit_calls = config.audit
+            self.audit_parameters = config.auth.audit_parameters
+        else:
+            self.audit_calls = bool(settings.server.audit_log)
+            self.audit_parameters = False
         # Lists change only when a definitions file is reloaded.
         reloads = self.custom is not None or any(u.custom is not None for u in self.units.values())
         self.reloads = reloads
@@ -257,7 +264,7 @@ class PgMcp:
             "pg-mcp-server",
             version=package_version(),
             title="PostgreSQL MCP server",
-            instructions=instructions(role_warnings or [], several=self.config.several),
+            instructions=instructions(role_warnings or [], several=self.several),
             lifespan=self._lifespan,
             get_tool_input_schema=self._input_schema,
             on_list_tools=self._list_tools,
@@ -286,6 +293,7 @@ class PgMcp:
         if self.units:
             from pg_mcp_server.primitives.databases import Databases
 
+            assert self.config is not None, "several databases come from a file"
             made = Databases(self.config, self.units)
         else:
             custom = self.custom.current if self.custom is not None else None
@@ -332,7 +340,7 @@ class PgMcp:
             self.db,
             sensitive=self.settings.server.sensitive_regex(),
             audit=audit,
-            name=next(iter(self.config.databases)),
+            name=self.database_name,
         )
         _ = app.results  # opened now: a store that cannot be opened stops the start
         try:
@@ -422,7 +430,7 @@ class PgMcp:
 
         registry = self.registry
         if not isinstance(registry, Databases):
-            return next(iter(self.config.databases))
+            return self.database_name
         return registry.database_of(tool, arguments)
 
     async def _list_resources(
@@ -479,7 +487,7 @@ class PgMcp:
             if one.audit is not None:
                 found += [f"{name}: {w}" if name else w for w in await one.audit.wait()]
         if found:
-            result = {**result, "instructions": instructions(found, several=self.config.several)}
+            result = {**result, "instructions": instructions(found, several=self.several)}
         return result
 
     async def _every_request(
