@@ -394,6 +394,10 @@ def serve(settings: Settings, signals: Signals) -> None:
 async def _serve_sdk_stdio(server: PgMcp) -> None:
     from mcp.server.stdio import stdio_server
 
+    from pg_mcp_server.identity.access import enter_stdio
+
+    enter_stdio(server.access)
+
     async with stdio_server() as (read, write):
         await server.server.run(read, write, server.initialization_options())
 

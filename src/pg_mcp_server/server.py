@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
     from pg_mcp_server.database.pool import Database
+    from pg_mcp_server.identity.access import Access
     from pg_mcp_server.primitives.registry import Registry
     from pg_mcp_server.tools.registry import ToolDef
 
@@ -195,6 +196,7 @@ class PgMcp:
         settings: Settings,
         role_warnings: list[str] | None = None,
         db: Database | None = None,
+        access: Access | None = None,
     ) -> None:
         """Pass `db` to share a pool with something else (the HTTP gateway's /health); its
         owner disposes it. Otherwise the lifespan opens and disposes its own. Without
@@ -203,6 +205,8 @@ class PgMcp:
         self.settings = settings
         self.role_warnings = role_warnings
         self.db = db
+        # The users and auth section (identity/access.py): who callers are, what each is shown.
+        self.access = access
         # A served process (not a test's in-process server) freezes its heap once loaded.
         self.freeze_when_loaded = False
         self.custom: CustomDefinitions | None = None
@@ -283,7 +287,11 @@ class PgMcp:
 
             audit = RoleAudit()
         app = AppContext(
-            self.settings, self.db, sensitive=self.settings.server.sensitive_regex(), audit=audit
+            self.settings,
+            self.db,
+            sensitive=self.settings.server.sensitive_regex(),
+            audit=audit,
+            auth=self.access.auth if self.access is not None else None,
         )
         _ = app.results  # opened now: a store that cannot be opened stops the start
         try:
