@@ -18,6 +18,7 @@ import pytest_asyncio
 from customdefs import write
 from identitybed import SETUP, Tenants, client_as, names, serving
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from mcpclient import call, call_error, execute, records
 from pgbed import PgServer
 from wire import pgbouncer
@@ -313,3 +314,73 @@ def test_access_refuses_ambiguous_users(tenants: Tenants) -> None:
         Access((alice, bob), AuthSettings(stdio_user="nobody"))
     with pytest.raises(ValueError, match="same token"):
         Access((alice, bob.model_copy(update={"token": alice.token})))
+
+
+BOB_SHOWN = ["list_tables", "execute_query", "pg://schemas/{schema}/erd"]
+
+
+async def test_what_a_user_may_not_use_is_not_listed_and_answers_as_unknown(
+    tenants: Tenants,
+) -> None:
+    """bob's `tools:` list: only those tools, the resources that are their answers, and what
+    it names; a hidden tool, resource or prompt is answered exactly as one that does not
+    exist (its name in no list, no suggestion naming it). alice, without a list, sees all."""
+    access = Access(tenants.users(bob={"tools": BOB_SHOWN}))
+    async with serving(settings(tenants), access) as (base, _):
+        async with client_as(base, "alice-token") as alice:
+            every_tool = {t.name for t in (await alice.list_tools()).tools}
+            every_resource = {r.uri for r in (await alice.list_resources()).resources}
+            assert {"get_sample_rows", "describe_table", "read_resource"} <= every_tool
+            assert "pg://system_info" in every_resource
+            assert (await alice.list_prompts()).prompts
+        async with client_as(base, "bob-token") as bob:
+            assert {t.name for t in (await bob.list_tools()).tools} == {
+                "list_tables",
+                "execute_query",
+            }
+            assert (await bob.list_resources()).resources == []
+            templates = {
+                t.uri_template for t in (await bob.list_resource_templates()).resource_templates
+            }
+            assert templates == {
+                "pg://schemas/{schema}/tables",  # list_tables' answer
+                "pg://results/{id}/{page}",  # execute_query's held pages
+                "pg://schemas/{schema}/erd",  # named
+            }
+            assert (await bob.list_prompts()).prompts == []
+            # A hidden tool is unknown, with arguments valid or not.
+            unknown = await call_error(bob, "no_such_tool")
+            for hidden, arguments in (
+                ("get_sample_rows", {"table_name": "notes", "schema_name": "app"}),
+                ("get_sample_rows", {"limit": "not a number"}),
+                ("read_resource", {"uri": "pg://system_info"}),
+            ):
+                body = await call_error(bob, hidden, **arguments)
+                said = json.dumps(body["error"]).replace(hidden, "no_such_tool")
+                assert json.loads(said) == unknown["error"], body
+                assert "get_sample_rows" not in unknown["error"]["suggestion"]
+            # So are a hidden resource and a hidden prompt.
+            with pytest.raises(MCPError) as nowhere:
+                await bob.read_resource("pg://nowhere")
+            for uri in ("pg://system_info", "pg://schemas/app/tables/notes/sample"):
+                with pytest.raises(MCPError) as hidden_resource:
+                    await bob.read_resource(uri)
+                assert str(hidden_resource.value).replace(uri, "pg://nowhere") == str(nowhere.value)
+            with pytest.raises(MCPError) as no_prompt:
+                await bob.get_prompt("no_such_prompt")
+            prompt = (await alice_prompt(base)).name
+            with pytest.raises(MCPError) as hidden_prompt:
+                await bob.get_prompt(prompt)
+            assert str(hidden_prompt.value).replace(prompt, "no_such_prompt") == str(
+                no_prompt.value
+            )
+            # What is shown works, as bob's role.
+            out = records(await call(bob, "execute_query", sql=MINE))
+            assert [r["id"] for r in out] == [3, 4]
+            listed = await bob.read_resource("pg://schemas/app/tables")
+            assert "notes" in listed.contents[0].text  # type: ignore[union-attr]
+
+
+async def alice_prompt(base: str) -> Any:
+    async with client_as(base, "alice-token") as alice:
+        return (await alice.list_prompts()).prompts[0]

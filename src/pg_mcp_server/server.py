@@ -311,7 +311,7 @@ class PgMcp:
     # --- handlers: one call each into the registry
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
-        tool = self.registry.tools.get(name)
+        tool = self.registry.tool(name)  # (a tool hidden from the caller is unknown)
         return None if tool is None else tool.input_schema
 
     async def _list_tools(

@@ -76,3 +76,14 @@ def enter_stdio(access: Access | None) -> None:
     if identity is not None:
         current_identity.set(identity)
         caller.set(owner_of(identity))
+
+
+def shown() -> frozenset[str] | None:
+    """What the current caller may see and use, by name: tools, resource URIs, URI templates
+    and prompts (its `tools:` list); None for everything (no identity, or no list), so the
+    one-user case does no filtering at all. A resource or template that is a tool's answer
+    (pg://schemas/..., a table's sample) is shown with its tool (primitives/registry.py)."""
+    identity = current_identity.get()
+    if identity is None or identity.user.tools is None:
+        return None
+    return frozenset(identity.user.tools)
