@@ -16,6 +16,7 @@ import httpx2 as httpx
 import pytest
 import pytest_asyncio
 from customdefs import write
+from eventually import eventually
 from identitybed import SETUP, Tenants, client_as, names, serving
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -122,6 +123,8 @@ async def test_a_caller_changing_its_role_is_refused_and_the_next_is_not_affecte
             for sql in (
                 f"SELECT set_config('role', '{tenants.tb}', false)",
                 "SELECT set_config('app.tenant_id', 'b', false)",
+                "SELECT set_config('app.tenant_id', 'b', true), * FROM app.notes",
+                "SELECT set_config('mcp.user_id', 'bob', true)",
                 f"SET ROLE {tenants.tb}",
                 "RESET ROLE",
             ):
@@ -241,7 +244,11 @@ async def test_trust_does_not_follow_set_role(
             assert records(out)[0]["t"] in (None, "")  # (see the first test)
 
 
-async def test_a_role_the_login_role_cannot_act_as_is_a_clear_error(tenants: Tenants) -> None:
+async def test_a_role_the_login_role_cannot_act_as_is_a_clear_error(
+    tenants: Tenants, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the call, PERMISSION_DENIED naming the role; at start, one warning naming the users
+    (a database they may not use at all is refused too, naming it)."""
     users = (
         UserEntry(
             name="stranger",
@@ -270,6 +277,13 @@ async def test_a_role_the_login_role_cannot_act_as_is_a_clear_error(tenants: Ten
             body = await call_error(client, "execute_query", sql="SELECT 1")
             assert body["error"]["code"] == "PERMISSION_DENIED"
             assert body["error"]["context"] == {"database": "default"}
+
+        async def warned() -> list[str]:
+            return [m for r in caplog.records if "cannot act as" in (m := r.getMessage())]
+
+        found = await eventually(warned, what="the start-up warning")
+        assert len(found) == 1, found
+        assert f"ghost (no_such_role_at_all), stranger ({tenants.outsider})" in found[0]
 
 
 async def test_unknown_tokens_are_refused_when_users_are_configured(tenants: Tenants) -> None:
@@ -384,3 +398,23 @@ async def test_what_a_user_may_not_use_is_not_listed_and_answers_as_unknown(
 async def alice_prompt(base: str) -> Any:
     async with client_as(base, "alice-token") as alice:
         return (await alice.list_prompts()).prompts[0]
+
+
+async def test_held_results_and_history_belong_to_the_user(tenants: Tenants) -> None:
+    """The owner of what is held is the user (`user:NAME`): bob cannot read alice's cursor,
+    nor see her statements; alice reads it over another connection."""
+    sql = "SELECT g, repeat('x', 400) AS filler FROM generate_series(1, 1000) g"
+    async with serving(settings(tenants), Access(tenants.users())) as (base, _):
+        async with client_as(base, "alice-token") as alice:
+            out = await call(alice, "execute_query", sql=sql)
+            cursor = out["next_cursor"]
+        async with client_as(base, "bob-token") as bob:
+            body = await call_error(bob, "execute_query", cursor=cursor)
+            assert body["error"]["code"] == "RESULT_EXPIRED"
+            recent = await bob.read_resource("pg://queries/recent")
+            assert sql not in recent.contents[0].text  # type: ignore[union-attr]
+        async with client_as(base, "alice-token") as alice:
+            page = await call(alice, "execute_query", cursor=cursor)
+            assert page["rows"][0][0] == out["row_count"] + 1
+            recent = await alice.read_resource("pg://queries/recent")
+            assert "generate_series(1, 1000)" in recent.contents[0].text  # type: ignore[union-attr]

@@ -42,13 +42,14 @@ class Jwks:
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key()))
         self.body = json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256", "use": "sig"}]})
         self.fetches = 0
+        self.status = 200
         jwks = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 jwks.fetches += 1
                 data = jwks.body.encode()
-                self.send_response(200)
+                self.send_response(jwks.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -302,3 +303,29 @@ def test_symmetric_algorithms_and_introspection_alone_are_refused(
                 introspection_endpoint="https://issuer.example.test/i",
             )
         )
+
+
+async def test_an_unavailable_issuer_is_503_and_not_asked_again_at_once(
+    tenants: Tenants,
+) -> None:
+    from pg_mcp_server.identity.oauth import JWKS_RETRY_S
+
+    failing = Jwks()
+    failing.status = 500
+    try:
+        async with (
+            serving(config(tenants), access(tenants, failing)) as (base, _),
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            sent = token()
+            bearer = {"Authorization": f"Bearer {sent}"}
+            started = time.monotonic()
+            for _ in range(3):
+                reply = await http.post(base + "/mcp", json={}, headers=bearer)
+                assert reply.status_code == 503
+                assert reply.headers["retry-after"] == "5"
+                assert sent not in reply.text
+            assert time.monotonic() - started < JWKS_RETRY_S  # so this says something:
+            assert failing.fetches == 1
+    finally:
+        failing.close()

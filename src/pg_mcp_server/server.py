@@ -300,6 +300,10 @@ class PgMcp:
             async with anyio.create_task_group() as background:
                 if audit is not None:
                     background.start_soon(audit.run_alone, self.settings.database)
+                if self.access is not None and self.access.identifies:
+                    from pg_mcp_server.identity.access import warn_unusable_roles
+
+                    background.start_soon(warn_unusable_roles, app.db, self.access)
                 yield app
                 background.cancel_scope.cancel()
         finally:

@@ -10,10 +10,17 @@ configuration file's parser (configfile.py) makes it. None, or no users: today's
 from __future__ import annotations
 
 import hmac
+import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pg_mcp_server.identity import AuthSettings, Identity, UserEntry, current_identity
 from pg_mcp_server.results.owner import caller
+
+if TYPE_CHECKING:
+    from pg_mcp_server.database.pool import Database
+
+logger = logging.getLogger(__name__)
 
 USER_OWNER = "user:"  # results/owner.py's caller for an identified user: "user:" + name
 
@@ -34,6 +41,8 @@ class Access:
         tokens = [u.token.get_secret_value() for u in self.users if u.token is not None]
         if len(tokens) != len(set(tokens)):
             raise ValueError("users: two entries have the same token")
+        if self.auth.oauth is not None and not self.users:
+            raise ValueError("auth.oauth: no users: a token's subject must name a user entry")
         if self.auth.stdio_user is not None and self.auth.stdio_user not in names:
             raise ValueError(f"auth.stdio_user {self.auth.stdio_user!r} is not in users:")
 
@@ -87,3 +96,27 @@ def shown() -> frozenset[str] | None:
     if identity is None or identity.user.tools is None:
         return None
     return frozenset(identity.user.tools)
+
+
+async def warn_unusable_roles(db: Database, access: Access) -> None:
+    """At start: one warning naming the users whose grant for `db` names a role the login
+    role cannot act as (their calls are refused, PERMISSION_DENIED, until that is fixed).
+    A database that cannot be reached now is not checked (its calls will say so)."""
+    grants = {u.name: u.grant(db.name) for u in access.users}
+    roles = {n: g.role for n, g in grants.items() if g is not None and g.role is not None}
+    if not roles:
+        return
+    try:
+        unusable = set(await db.unusable_roles(roles.values()))
+    except Exception as exc:
+        logger.info("users' roles not checked at start (%s)", type(exc).__name__)
+        return
+    found = [f"{name} ({role})" for name, role in sorted(roles.items()) if role in unusable]
+    if found:
+        logger.warning(
+            "database %r: the login role cannot act as the role of %s (no such role, or not "
+            "a member of it): those users' calls will be refused; GRANT the role to the "
+            "login role or fix users:",
+            db.name,
+            ", ".join(found),
+        )

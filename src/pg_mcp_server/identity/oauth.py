@@ -14,6 +14,7 @@ refused at start.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 LEEWAY_S = 30  # clock skew allowed for exp and nbf
 JWKS_REFETCH_S = 60.0  # an unknown key id fetches the JWKS again at most this often
+JWKS_RETRY_S = 5.0  # after a failed fetch, tokens are answered 503 this long without one
 JWKS_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 JWKS_MAX_BYTES = 1_000_000
 ASYMMETRIC = frozenset(
@@ -78,6 +80,7 @@ class JwtVerifier:
         self.algorithms = list(settings.algorithms)
         self.refetch_s = JWKS_REFETCH_S
         self._keys: _Keys | None = None
+        self._failed_at = -JWKS_RETRY_S  # (monotonic) when a fetch last failed
         self._fetching = asyncio.Lock()
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -158,9 +161,14 @@ class JwtVerifier:
                 current is not seen or now - current.fetched_at < self.refetch_s
             ):
                 return current  # fetched meanwhile, or recently enough
+            if current is None and now - self._failed_at < JWKS_RETRY_S:
+                # The issuer was just unreachable: each request must not wait for it again
+                # (nor make the server hammer it).
+                raise TokenRejected("the issuer's signing keys are unavailable", 503, "")
             try:
                 self._keys = _Keys(await self._fetch(), now)
             except TokenRejected:
+                self._failed_at = time.monotonic()
                 if current is None:
                     raise
                 logger.warning("auth: the issuer's keys could not be fetched again; kept")
@@ -169,11 +177,18 @@ class JwtVerifier:
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         try:
-            async with httpx.AsyncClient(timeout=JWKS_TIMEOUT, follow_redirects=False) as http:
-                reply = await http.get(self.jwks_uri, headers={"Accept": "application/json"})
-            if reply.status_code != 200 or len(reply.content) > JWKS_MAX_BYTES:
-                raise ValueError(f"HTTP {reply.status_code}, {len(reply.content)} bytes")
-            found = jwt.PyJWKSet.from_dict(reply.json())
+            body = bytearray()
+            async with (
+                httpx.AsyncClient(timeout=JWKS_TIMEOUT, follow_redirects=False) as http,
+                http.stream("GET", self.jwks_uri, headers={"Accept": "application/json"}) as reply,
+            ):
+                if reply.status_code != 200:
+                    raise ValueError(f"HTTP {reply.status_code}")
+                async for chunk in reply.aiter_bytes():
+                    body += chunk
+                    if len(body) > JWKS_MAX_BYTES:
+                        raise ValueError(f"over {JWKS_MAX_BYTES} bytes")
+            found = jwt.PyJWKSet.from_dict(json.loads(body))
         except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
             logger.warning("auth: the issuer's keys (jwks_uri) are unavailable: %s", _said(exc))
             raise TokenRejected("the issuer's signing keys are unavailable", 503, "") from None

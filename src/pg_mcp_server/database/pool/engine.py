@@ -106,6 +106,18 @@ _POOLED_END = statement(
     "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK",
 )
 _DETECT = "SELECT pg_catalog.pg_backend_pid()"
+# Of the roles users' grants name, those the login role cannot act as (no such role, or not
+# a member): checked at start, so the operator hears of it before a caller does.
+_UNUSABLE_ROLES = statement(
+    "pool.engine.UNUSABLE_ROLES",
+    """
+SELECT k.name FROM pg_catalog.unnest($1::pg_catalog.text[]) AS k(name)
+WHERE CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = k.name)
+           THEN NOT pg_catalog.pg_has_role(session_user, k.name, 'MEMBER')
+           ELSE true END
+ORDER BY 1
+""",
+)
 # A caller's role and settings for its grant (identity/), right after BEGIN: each set with
 # is_local, so the transaction's end (ROLLBACK, and ROLLBACK TO the start savepoint behind a
 # transaction pooler) undoes them. Names and values are parameters, never SQL text; the role
@@ -580,6 +592,11 @@ class Database:
             if assumed.role is not None and "role" in (exc.message or ""):
                 raise self._not_member(assumed.role) from None
             raise
+
+    async def unusable_roles(self, roles: Collection[str]) -> list[str]:
+        """Which of `roles` the login role cannot SET ROLE to (see _UNUSABLE_ROLES)."""
+        async with self.session(as_caller=False) as conn:
+            return [r["name"] for r in await conn.fetch(_UNUSABLE_ROLES, sorted(set(roles)))]
 
     def _not_member(self, role: str | None) -> PermissionDeniedError:
         return PermissionDeniedError(
