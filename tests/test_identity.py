@@ -418,3 +418,27 @@ async def test_held_results_and_history_belong_to_the_user(tenants: Tenants) -> 
             assert page["rows"][0][0] == out["row_count"] + 1
             recent = await alice.read_resource("pg://queries/recent")
             assert "generate_series(1, 1000)" in recent.contents[0].text  # type: ignore[union-attr]
+
+
+async def test_each_role_resolves_names_on_its_own_search_path(tenants: Tenants) -> None:
+    """A schema per tenant, named as its role, owned by a trusted role: on the default
+    search path ("$user", public) an unqualified `mine` is each role's own table, in turns:
+    the guard judges each call on facts for that call's role (its path, the schemas it may
+    use), never on the path of the role before."""
+    script = "".join(
+        f"CREATE SCHEMA {role}; GRANT USAGE ON SCHEMA {role} TO {role};"
+        f"CREATE TABLE {role}.mine AS SELECT '{tag}'::text AS who;"
+        f"GRANT SELECT ON {role}.mine TO {role};"
+        for role, tag in ((tenants.ta, "a"), (tenants.tb, "b"))
+    )
+    await execute(tenants.admin, script)
+    try:
+        async with serving(settings(tenants), Access(tenants.users())) as (base, _):
+            for name, tag in (("alice", "a"), ("bob", "b"), ("alice", "a"), ("bob", "b")):
+                async with client_as(base, f"{name}-token") as client:
+                    out = await call(client, "execute_query", sql="SELECT who FROM mine")
+                    assert records(out) == [{"who": tag}], name
+    finally:
+        await execute(
+            tenants.admin, f"DROP SCHEMA {tenants.ta} CASCADE; DROP SCHEMA {tenants.tb} CASCADE"
+        )

@@ -11,6 +11,7 @@ import hmac
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -276,7 +277,8 @@ async def test_unknown_key_ids_fetch_the_jwks_again_at_most_once_a_minute(
         rotated = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(OTHER_KEY.public_key()))
         served, jwks.body = jwks.body, json.dumps({"keys": [{**rotated, "kid": "k2"}]})
         assert gateway.callers is not None and gateway.callers.verifier is not None
-        gateway.callers.verifier.refetch_s = 0
+        assert gateway.callers.verifier.jwt is not None
+        gateway.callers.verifier.jwt.refetch_s = 0
         new = {"Authorization": f"Bearer {token(key=OTHER_KEY, kid='k2')}"}
         try:
             reply = await http.post(base + "/mcp", json={}, headers=new)
@@ -286,22 +288,18 @@ async def test_unknown_key_ids_fetch_the_jwks_again_at_most_once_a_minute(
         assert jwks.fetches == before + 2
 
 
-def test_symmetric_algorithms_and_introspection_alone_are_refused(
-    tenants: Tenants, jwks: Jwks
+def test_symmetric_algorithms_and_introspection_without_credentials_are_refused(
+    jwks: Jwks,
 ) -> None:
-    from pg_mcp_server.identity.oauth import JwtVerifier
+    from pg_mcp_server.identity.oauth import Verifiers
 
     with pytest.raises(ValueError, match="only asymmetric"):
-        JwtVerifier(
+        Verifiers(
             OAuthSettings(issuer=ISSUER, audience=AUDIENCE, jwks_uri=jwks.url, algorithms=["HS256"])
         )
-    with pytest.raises(ValueError, match="introspection"):
-        JwtVerifier(
-            OAuthSettings(
-                issuer=ISSUER,
-                audience=AUDIENCE,
-                introspection_endpoint="https://issuer.example.test/i",
-            )
+    with pytest.raises(ValueError, match="client_id and client_secret"):
+        Verifiers(
+            OAuthSettings(issuer=ISSUER, audience=AUDIENCE, introspection_endpoint=jwks.url + "/i")
         )
 
 
@@ -329,3 +327,96 @@ async def test_an_unavailable_issuer_is_503_and_not_asked_again_at_once(
             assert failing.fetches == 1
     finally:
         failing.close()
+
+
+class Introspection:
+    """An authorization server's introspection endpoint on a loopback port: what it says of
+    each opaque token, asked with this server's client credentials (else 401)."""
+
+    def __init__(self) -> None:
+        now = int(time.time())
+        good = {"active": True, "iss": ISSUER, "aud": AUDIENCE, "scope": "mcp:read"}
+        self.answers: dict[str, dict[str, Any]] = {
+            "opaque-alice": {**good, "sub": "alice-sub", "exp": now + 600},
+            "opaque-bob": {**good, "sub": "bob-sub", "aud": [AUDIENCE, "x"]},
+            "opaque-revoked": {"active": False},
+            "opaque-elsewhere": {**good, "sub": "alice-sub", "aud": "https://other.test"},
+            "opaque-no-aud": {"active": True, "iss": ISSUER, "sub": "alice-sub"},
+            "opaque-expired": {**good, "sub": "alice-sub", "exp": now - 600},
+            "opaque-no-scope": {**good, "sub": "alice-sub", "scope": "profile"},
+        }
+        self.asked = 0
+        served = self
+        expected = "Basic " + base64.b64encode(b"mcp-server:s3cret").decode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                served.asked += 1
+                length = int(self.headers["Content-Length"])
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                if self.headers.get("Authorization") != expected:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                said = served.answers.get(form["token"][0], {"active": False})
+                data = json.dumps(said).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/introspect"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_opaque_tokens_by_introspection(tenants: Tenants, jwks: Jwks) -> None:
+    """Opaque tokens go to the introspection endpoint (JWTs still to the JWKS): active, for
+    this server, from the issuer, unexpired, with the scope; an answer is kept a while."""
+    endpoint = Introspection()
+    try:
+        both = access(
+            tenants,
+            jwks,
+            introspection_endpoint=endpoint.url,
+            client_id="mcp-server",
+            client_secret="s3cret",
+        )
+        async with (
+            serving(config(tenants), both) as (base, _),
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            for opaque, ids in (("opaque-alice", [1, 2]), ("opaque-bob", [3, 4])):
+                async with client_as(base, opaque) as client:
+                    out = await call(client, "execute_query", sql="SELECT id FROM app.notes")
+                    assert sorted(r["id"] for r in records(out)) == ids
+            async with client_as(base, token()) as client:  # a JWT: checked on the JWKS
+                out = await call(client, "execute_query", sql="SELECT id FROM app.notes")
+                assert sorted(r["id"] for r in records(out)) == [1, 2]
+            asked = endpoint.asked
+            assert asked == 2, "each opaque token asked about once, its answer kept"
+            for opaque, status, said in (
+                ("opaque-revoked", 401, "not active"),
+                ("opaque-elsewhere", 401, "not for this server (aud)"),
+                ("opaque-no-aud", 401, "not for this server (aud)"),
+                ("opaque-expired", 401, "expired"),
+                ("opaque-no-scope", 403, "lacks the scope mcp:read"),
+            ):
+                reply = await http.post(
+                    base + "/mcp", json={}, headers={"Authorization": f"Bearer {opaque}"}
+                )
+                assert reply.status_code == status, opaque
+                assert said in reply.headers["www-authenticate"], opaque
+            async with client_as(base, "opaque-alice") as client:
+                await call(client, "list_tables", schema_name="app")
+            assert endpoint.asked == asked + 5, "opaque-alice's answer was kept"
+    finally:
+        endpoint.close()

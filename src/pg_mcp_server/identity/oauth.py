@@ -6,9 +6,8 @@ not verify an HMAC), with the required scopes. Each refusal says which check fai
 the token (RFC 6750 3: `error_description` in WWW-Authenticate, transport/gateway.py).
 
 The SDK's `TokenVerifier` protocol is what `JwtVerifier.verify_token` answers (an
-`AccessToken`, or None); `check` says why a token is refused. Token introspection (RFC 7662,
-`introspection_endpoint`) is not implemented: a configuration that relies on it alone is
-refused at start.
+`AccessToken`, or None); `check` says why a token is refused. Opaque tokens are asked of the
+authorization server instead (identity/introspection.py); `verifier` picks.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx2 as httpx
 import jwt
@@ -59,15 +58,54 @@ class _Keys:
     fetched_at: float
 
 
+class Verifier(Protocol):
+    async def check(self, token: str) -> AccessToken: ...
+
+
+class Verifiers:
+    """JWTs against the JWKS (`jwks_uri`), other tokens by introspection
+    (`introspection_endpoint`), as configured."""
+
+    def __init__(self, settings: OAuthSettings) -> None:
+        from pg_mcp_server.identity.introspection import Introspector
+
+        self.jwt = JwtVerifier(settings) if settings.jwks_uri is not None else None
+        self.introspection = (
+            Introspector(settings) if settings.introspection_endpoint is not None else None
+        )
+
+    async def check(self, token: str) -> AccessToken:
+        looks_like_jwt = token.count(".") == 2
+        if self.jwt is not None and (looks_like_jwt or self.introspection is None):
+            return await self.jwt.check(token)
+        assert self.introspection is not None  # (OAuthSettings requires one of them)
+        return await self.introspection.check(token)
+
+
+async def bounded_json(
+    method: str, url: str, most: int, timeout: httpx.Timeout, **request: Any
+) -> Any:
+    """The JSON answer of one request, read up to `most` bytes (ValueError past that, or for
+    a status other than 200); no redirect is followed."""
+    body = bytearray()
+    async with (
+        httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http,
+        http.stream(method, url, headers={"Accept": "application/json"}, **request) as reply,
+    ):
+        if reply.status_code != 200:
+            raise ValueError(f"HTTP {reply.status_code}")
+        async for chunk in reply.aiter_bytes():
+            body += chunk
+            if len(body) > most:
+                raise ValueError(f"over {most} bytes")
+    return json.loads(body)
+
+
 class JwtVerifier:
     """Verifies JWT access tokens against the issuer's JWKS (`oauth.jwks_uri`)."""
 
     def __init__(self, settings: OAuthSettings) -> None:
-        if settings.jwks_uri is None:
-            raise ValueError(
-                "auth.oauth: token introspection (introspection_endpoint) is not supported; "
-                "give jwks_uri (JWT access tokens)"
-            )
+        assert settings.jwks_uri is not None
         refused = [a for a in settings.algorithms if a not in ASYMMETRIC]
         if refused or not settings.algorithms:
             raise ValueError(
@@ -125,7 +163,7 @@ class JwtVerifier:
             raise TokenRejected(f"the token has no {exc.claim!r} claim") from None
         except jwt.PyJWTError as exc:
             raise TokenRejected(f"the token cannot be read ({type(exc).__name__})") from None
-        scopes = _scopes(claims)
+        scopes = scopes_of(claims)
         missing = [s for s in self.settings.required_scopes if s not in scopes]
         if missing:
             raise insufficient_scope(f"the token lacks the scope {' '.join(missing)}")
@@ -177,18 +215,8 @@ class JwtVerifier:
 
     async def _fetch(self) -> dict[str, jwt.PyJWK]:
         try:
-            body = bytearray()
-            async with (
-                httpx.AsyncClient(timeout=JWKS_TIMEOUT, follow_redirects=False) as http,
-                http.stream("GET", self.jwks_uri, headers={"Accept": "application/json"}) as reply,
-            ):
-                if reply.status_code != 200:
-                    raise ValueError(f"HTTP {reply.status_code}")
-                async for chunk in reply.aiter_bytes():
-                    body += chunk
-                    if len(body) > JWKS_MAX_BYTES:
-                        raise ValueError(f"over {JWKS_MAX_BYTES} bytes")
-            found = jwt.PyJWKSet.from_dict(json.loads(body))
+            said = await bounded_json("GET", self.jwks_uri, JWKS_MAX_BYTES, JWKS_TIMEOUT)
+            found = jwt.PyJWKSet.from_dict(said)
         except (httpx.HTTPError, ValueError, jwt.PyJWTError) as exc:
             logger.warning("auth: the issuer's keys (jwks_uri) are unavailable: %s", _said(exc))
             raise TokenRejected("the issuer's signing keys are unavailable", 503, "") from None
@@ -202,7 +230,7 @@ def _pick(keys: _Keys, kid: str | None) -> jwt.PyJWK | None:
     return next(iter(keys.by_kid.values())) if len(keys.by_kid) == 1 else None
 
 
-def _scopes(claims: dict[str, Any]) -> list[str]:
+def scopes_of(claims: dict[str, Any]) -> list[str]:
     """`scope` (RFC 9068: space separated), or `scp` (a list, as some issuers send it)."""
     scope = claims.get("scope")
     if isinstance(scope, str):

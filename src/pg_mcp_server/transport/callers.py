@@ -1,6 +1,7 @@
 """Who an HTTP request is, when users are configured (identity/): its bearer token is a
 user's static token (compared in constant time with every one), or an OAuth 2.1 access token
-(identity/oauth.py) whose subject is a user's. A refused token gets 401 (RFC 6750 3.1:
+(a JWT, identity/oauth.py, or an opaque token the authorization server is asked about,
+identity/introspection.py) whose subject is a user's. A refused token gets 401 (RFC 6750 3.1:
 `invalid_token`, saying which check failed, never the token), 403 (`insufficient_scope`: a
 required scope missing, or a valid token whose subject is no user here) or 503 (the issuer's
 keys could not be had), each with the challenge that names the protected resource metadata
@@ -18,7 +19,7 @@ from starlette.types import Scope
 
 from pg_mcp_server.identity import Identity
 from pg_mcp_server.identity.access import Access
-from pg_mcp_server.identity.oauth import JwtVerifier, TokenRejected, insufficient_scope
+from pg_mcp_server.identity.oauth import TokenRejected, Verifiers, insufficient_scope
 
 RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"  # RFC 9728 3
 MCP_PATH = "/mcp"
@@ -36,7 +37,7 @@ class Callers:
     def __init__(self, access: Access) -> None:
         self.access = access
         oauth = access.auth.oauth
-        self.verifier = JwtVerifier(oauth) if oauth is not None else None
+        self.verifier = Verifiers(oauth) if oauth is not None else None
         self.metadata: bytes | None = None
         self.challenge = 'Bearer realm="pg-mcp-server"'
         self.scopes = " ".join(oauth.required_scopes) if oauth is not None else ""
@@ -73,7 +74,7 @@ class Callers:
         try:
             text = token.decode("ascii")
         except UnicodeDecodeError:
-            raise TokenRejected("not a JWT access token") from None
+            raise TokenRejected("not an access token") from None
         checked = await self.verifier.check(text)
         subject = checked.subject
         user = self.access.by_subject(subject) if subject is not None else None

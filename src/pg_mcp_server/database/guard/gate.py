@@ -273,10 +273,11 @@ class SqlGuard:
     custom: frozenset[str] | None = None  # see rules.Judge.custom
     # The catalog facts as each role a call runs as sees them (None: the login role; a
     # caller's grant may name another, SET LOCAL ROLE, see pool.acting_role): the search path
-    # ("$user") and the schemas a role may use (USAGE) are the role's own, and a verdict is
-    # only good for the path and schemas its statement resolves names with. Which owners are
+    # ("$user", and it leaves out schemas the role may not use) and the schemas a role may
+    # use (USAGE) are the role's own. One set for every role would be read again whenever a
+    # call's role differs from the last one's (CHECK compares the path). Which owners are
     # trusted is the same in each (facts.TRUSTED_ROLES names the session's login role, never
-    # the role set by SET ROLE).
+    # the role SET ROLE made current).
     _states: dict[str | None, GuardState] = field(init=False, default_factory=dict)
 
     @property
