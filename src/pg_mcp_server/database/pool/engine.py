@@ -23,8 +23,15 @@ cancelled by backend pid (PgBouncer shows a pid of its own). `PG_POOL_MODE` says
 the first connection compares the backend pid PostgreSQL reports with the one the connection
 was given at start-up; a pooler in between makes them differ).
 
-Its size (~670 lines) is one object's lifecycle: checkout, the transaction, the guard's
-locks and their waits, cancellation and the background reset, which share the pool's state.
+A caller with a grant (identity/: users over HTTP, `auth.stdio_user`) has every use of a
+connection in an explicit `BEGIN READ ONLY` transaction that first runs, right after BEGIN,
+`set_config('role', $1, true)` and its settings the same way (`assume`, bound parameters):
+all LOCAL, so ROLLBACK (and _POOLED_END's ROLLBACK TO the start savepoint) ends them before
+anyone else uses the session. Without an identity nothing of this runs.
+
+Its size (~800 lines) is one object's lifecycle: checkout, the transaction, the caller's role,
+the guard's locks and their waits, cancellation and the background reset, which share the
+pool's state.
 """
 
 from __future__ import annotations
