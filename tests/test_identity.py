@@ -26,6 +26,7 @@ from wire import pgbouncer
 
 from pg_mcp_server.config import Settings
 from pg_mcp_server.database.pool.engine import Database
+from pg_mcp_server.errors import PermissionDeniedError
 from pg_mcp_server.identity import AuthSettings, Grant, Identity, UserEntry, current_identity
 from pg_mcp_server.identity.access import Access
 from pg_mcp_server.server import PgMcp
@@ -442,3 +443,27 @@ async def test_each_role_resolves_names_on_its_own_search_path(tenants: Tenants)
         await execute(
             tenants.admin, f"DROP SCHEMA {tenants.ta} CASCADE; DROP SCHEMA {tenants.tb} CASCADE"
         )
+
+
+async def test_a_privileged_role_a_user_runs_as_is_refused(tenants: Tenants, pg: PgServer) -> None:
+    """The login role passes its own audit, but a role it may SET ROLE to is a superuser
+    (not inherited through membership): without MCP_ALLOW_PRIVILEGED_ROLE, a call as that
+    role is refused before any statement of the caller's runs."""
+    evil = f"{tenants.ta}_super"
+    await execute(
+        pg.admin_dsn, f"CREATE ROLE {evil} SUPERUSER NOLOGIN; GRANT {evil} TO {tenants.login}"
+    )
+    db = Database(Settings.load(database={"dsn": tenants.dsn}).database, allow_privileged=False)
+    user = UserEntry(name="mallory", databases={"*": Grant(role=evil)})
+    try:
+        await db.ping()  # the login role itself is fine
+        token = current_identity.set(Identity(user))
+        try:
+            with pytest.raises(PermissionDeniedError, match="is a superuser"):
+                async with db.read_only() as conn:
+                    await conn.fetchval("SELECT 1")
+        finally:
+            current_identity.reset(token)
+    finally:
+        await db.dispose()
+        await execute(pg.admin_dsn, f"DROP ROLE {evil}")

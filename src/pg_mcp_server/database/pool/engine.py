@@ -355,6 +355,8 @@ class Database:
         self.settings = settings
         self.name = name
         self.auth = auth if auth is not None else AuthSettings()
+        # Users' roles found not privileged (see assume), checked once each.
+        self._vetted: set[str] = set()
         self.allow_privileged = allow_privileged
         # No pool_pre_ping: it would cost a round trip per call. A connection the server
         # closed is seen as closed at checkout (see _checkout) and replaced.
@@ -599,6 +601,26 @@ class Database:
             if assumed.role is not None and "role" in (exc.message or ""):
                 raise self._not_member(assumed.role) from None
             raise
+        role = assumed.role
+        if role is not None and not self.allow_privileged and role not in self._vetted:
+            # The login role's own audit (_setup) does not see what a role it may SET ROLE
+            # to is: a superuser role is not inherited through membership. Once per role.
+            from pg_mcp_server.database.pool.audit import FILE_ROLES, privileges
+
+            row = await conn.fetchrow(_PRIVILEGED, FILE_ROLES)  # current_user: the role
+            assert row is not None
+            found = privileges(row["role"], row["superuser"], row["file_roles"])
+            if found:
+                logger.error("refused a user's role: %s", "; ".join(found))
+                raise PermissionDeniedError(
+                    f"The role {role!r} that calls run as here is privileged "
+                    f"({'; '.join(found)}): refused, one statement past the guard could run "
+                    "programs on the database host.",
+                    suggestion="Ask the operator to give the user a role that can only "
+                    "SELECT (or to set MCP_ALLOW_PRIVILEGED_ROLE=true).",
+                    context={"database": self.name, "role": role},
+                )
+            self._vetted.add(role)
 
     async def unusable_roles(self, roles: Collection[str]) -> list[str]:
         """Which of `roles` the login role cannot SET ROLE to (see _UNUSABLE_ROLES)."""
