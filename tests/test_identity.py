@@ -321,6 +321,15 @@ async def test_stdio_user_is_the_identity_of_an_in_process_client(tenants: Tenan
     assert await asyncio.create_task(serve()) == [3, 4]
 
 
+def test_only_custom_settings_carry_the_caller() -> None:
+    for name in ("role", "search_path", "session_authorization"):
+        with pytest.raises(ValueError, match="not a custom setting name"):
+            AuthSettings(user_setting=name)
+        with pytest.raises(ValueError, match="not a custom setting name"):
+            AuthSettings(claims_setting=name)
+    assert AuthSettings(user_setting=None, claims_setting="app.claims").claims_setting
+
+
 def test_access_refuses_ambiguous_users(tenants: Tenants) -> None:
     alice, bob, _ = tenants.users()
     with pytest.raises(ValueError, match="named more than once"):

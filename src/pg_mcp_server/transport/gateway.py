@@ -367,6 +367,7 @@ class Gateway:
                 identity = await self.callers.identify(scope)
             except TokenRejected as refused:
                 status, said, headers = self.callers.refusal(refused)
+                logger.info("HTTP: bearer token refused (%s): %d", said, status)
                 await _respond(send, status, _rpc_error(-32001, said), headers)
                 return None
             return owner_of(identity), identity
