@@ -476,3 +476,38 @@ async def test_a_privileged_role_a_user_runs_as_is_refused(tenants: Tenants, pg:
     finally:
         await db.dispose()
         await execute(pg.admin_dsn, f"DROP ROLE {evil}")
+
+
+async def test_callers_in_turn_through_pgbouncer(pg: PgServer, tenants: Tenants) -> None:
+    """The server behind PgBouncer in transaction mode, every call on its one server
+    connection: alice and bob in turns each see their rows only, as their roles, and a
+    caller without a role after them runs as the login role (PgBouncer's user here, a
+    superuser whom row-level security does not restrict) with no tenant left set."""
+    async with pgbouncer(pg.admin_dsn, shared={"shared": tenants.database}) as running:
+        dsn = running.dsn("shared")
+        login = await _user(dsn)
+        config = Settings.load(database={"dsn": dsn})
+        async with serving(config, Access(tenants.users())) as (base, gateway):
+            assert gateway.db.pooled in (None, True)
+            pids = set()
+            for name, ids, role in (
+                ("alice", [1, 2], tenants.ta),
+                ("bob", [3, 4], tenants.tb),
+                ("carol", [1, 2, 3, 4, 5], login),
+                ("alice", [1, 2], tenants.ta),
+            ):
+                async with client_as(base, f"{name}-token") as client:
+                    pids.add(await _pid(client))
+                    out = records(await call(client, "execute_query", sql=MINE))
+                    assert [r["id"] for r in out] == ids, name
+                    assert {r["who"] for r in out} == {role}
+                    (seen,) = records(
+                        await call(
+                            client,
+                            "execute_query",
+                            sql="SELECT current_setting('app.tenant_id', true) AS t",
+                        )
+                    )
+                    assert (seen["t"] or None) == {"alice": "a", "bob": "b"}.get(name)
+            assert gateway.db.pooled is True
+            assert len(pids) == 1, "one server connection behind PgBouncer served every call"
