@@ -183,14 +183,14 @@ def load_config(args: argparse.Namespace) -> tuple[Settings, ServerConfig | None
     return config.settings, config
 
 
-def check_bind(settings: Settings) -> None:
-    """A non-loopback HTTP bind hands database access to the network: only with tokens, or
-    when the operator says another layer authenticates."""
+def check_bind(settings: Settings, *, users: bool = False) -> None:
+    """A non-loopback HTTP bind hands database access to the network: only with tokens (or
+    the configuration file's users), or when the operator says another layer authenticates."""
     srv = settings.server
     if srv.transport != "http":
         return
     loopback = srv.host in {"127.0.0.1", "localhost", "::1"} or srv.host.startswith("127.")
-    if not (loopback or srv.auth_tokens or srv.allow_unauthenticated):
+    if not (loopback or srv.auth_tokens or users or srv.allow_unauthenticated):
         raise RefusedToStart(
             f"refusing to serve HTTP on {srv.host} without authentication: set MCP_AUTH_TOKENS, "
             "bind to 127.0.0.1, or pass --allow-unauthenticated (e.g. behind an authenticating "
@@ -525,6 +525,10 @@ def serve(settings: Settings, config: ServerConfig | None, signals: Signals) -> 
 async def _serve_sdk_stdio(server: PgMcp) -> None:
     from mcp.server.stdio import stdio_server
 
+    from pg_mcp_server.identity.access import enter_stdio
+
+    enter_stdio(server.access)
+
     async with stdio_server() as (read, write):
         await server.server.run(read, write, server.initialization_options())
 
@@ -554,7 +558,7 @@ def _main(argv: Sequence[str] | None) -> int:
             logging.getLogger("pg_mcp_server").warning(line)
         if not args.demo and (note := settings.database.default_user_note()) is not None:
             logging.getLogger("pg_mcp_server").info(note)
-        check_bind(settings)
+        check_bind(settings, users=config is not None and bool(config.users))
         if settings.server.transport == "stdio" and _is_terminal(sys.stdin):
             print(banner(sys.argv), file=sys.stderr, flush=True)
         for name in (*SECRET_VARIABLES, *(config.variables if config is not None else ())):

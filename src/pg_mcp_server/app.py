@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pg_mcp_server.database.guard import SqlGuard
     from pg_mcp_server.database.pool import Database, RoleAudit
     from pg_mcp_server.database.rows import Reader, Shapes
+    from pg_mcp_server.identity import AuthSettings
     from pg_mcp_server.results.history import History
     from pg_mcp_server.results.store import ResultStore
 
@@ -33,6 +34,7 @@ class AppContext:
         sensitive: re.Pattern[str] | None = None,
         audit: RoleAudit | None = None,
         name: str = "default",
+        auth: AuthSettings | None = None,
     ) -> None:
         self.settings = settings
         self.name = name  # the database's name (configfile.DEFAULT_NAME without a file)
@@ -42,6 +44,7 @@ class AppContext:
         self.sensitive = sensitive
         self.audit = audit  # the start-up role audit, while it runs in the background
         self.owns_db = db is None  # then close() disposes of the pool it made
+        self.auth = auth  # which settings carry a caller's name and claims (identity/)
         if db is not None:
             self.db = db
 
@@ -53,6 +56,7 @@ class AppContext:
             self.settings.database,
             name=self.name,
             allow_privileged=self.settings.server.allow_privileged_role,
+            auth=self.auth,
         )
 
     @cached_property

@@ -26,13 +26,16 @@ import difflib
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from pg_mcp_server.config import DatabaseSettings, ServerSettings, Settings
 from pg_mcp_server.identity import AuthSettings, UserEntry
+
+if TYPE_CHECKING:
+    from pg_mcp_server.identity.access import Access
 
 M = TypeVar("M", bound=BaseModel)
 DEFAULT_NAME = "default"
@@ -146,6 +149,15 @@ class ServerConfig:
         """Whether each tool call is logged (MCP_AUDIT_LOG; unset: when there are users)."""
         chosen = self.settings.server.audit_log
         return bool(self.users) if chosen is None else chosen
+
+    def access(self) -> Access | None:
+        """Who callers are and what each is shown (identity/access.py); None without users
+        or an auth section, today's behaviour."""
+        if not self.users and self.auth == AuthSettings():
+            return None
+        from pg_mcp_server.identity.access import Access
+
+        return Access(self.users, self.auth)
 
     def with_settings(self, settings: Settings) -> ServerConfig:
         """The one database served with `settings` instead (--demo's DSN)."""

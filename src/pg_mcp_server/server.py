@@ -75,6 +75,8 @@ if TYPE_CHECKING:
     from pg_mcp_server.custom.reload import CustomDefinitions
     from pg_mcp_server.custom.specs import Reserved
     from pg_mcp_server.database.pool import Database
+    from pg_mcp_server.identity import AuthSettings
+    from pg_mcp_server.identity.access import Access
     from pg_mcp_server.primitives.databases import Databases, Unit
     from pg_mcp_server.primitives.registry import Registry
     from pg_mcp_server.tools.registry import ToolDef
@@ -210,6 +212,7 @@ class PgMcp:
         db: Database | None = None,
         config: ServerConfig | None = None,
         dbs: Mapping[str, Database] | None = None,
+        access: Access | None = None,
     ) -> None:
         """Pass `db` to share a pool with something else (the HTTP gateway's /health); its
         owner disposes it. Otherwise the lifespan opens and disposes its own. Without
@@ -217,7 +220,8 @@ class PgMcp:
         background and the handshake's instructions carry what it finds. `config` (the
         configuration file, configfile.py) with several databases serves each through its
         own registry and AppContext (primitives/databases.py); `dbs` are their shared pools,
-        as `db` is for one."""
+        as `db` is for one. `access` (identity/access.py: who callers are, what each is
+        shown) is the configuration file's users and auth section unless given."""
         self.config = config
         # None without a configuration file: then configfile.py is not imported (start-up)
         self.several = config is not None and config.several
@@ -226,6 +230,9 @@ class PgMcp:
         self.role_warnings = role_warnings
         self.db = db
         self.dbs = dict(dbs or {})
+        if access is None and config is not None:
+            access = config.access()
+        self.access = access
         # A served process (not a test's in-process server) freezes its heap once loaded.
         self.freeze_when_loaded = False
         self.custom: CustomDefinitions | None = None
@@ -278,6 +285,11 @@ class PgMcp:
             on_subscriptions_listen=self.listen,
         )
         self.server.middleware.extend([bounded_errors, self._handshake, self._every_request])
+
+    @property
+    def auth(self) -> AuthSettings | None:
+        """Which settings carry a caller's name and claims (None: the defaults)."""
+        return self.access.auth if self.access is not None else None
 
     # --- what is served
 
@@ -341,6 +353,7 @@ class PgMcp:
             sensitive=self.settings.server.sensitive_regex(),
             audit=audit,
             name=self.database_name,
+            auth=self.auth,
         )
         _ = app.results  # opened now: a store that cannot be opened stops the start
         try:
@@ -349,6 +362,10 @@ class PgMcp:
             async with anyio.create_task_group() as background:
                 if audit is not None:
                     background.start_soon(audit.run_alone, self.settings.database)
+                if self.access is not None and self.access.identifies:
+                    from pg_mcp_server.identity.access import warn_unusable_roles
+
+                    background.start_soon(warn_unusable_roles, app.db, self.access)
                 yield app
                 background.cancel_scope.cancel()
         finally:
@@ -372,6 +389,7 @@ class PgMcp:
                 sensitive=sensitive[name],
                 audit=RoleAudit() if self.role_warnings is None else None,
                 name=name,
+                auth=self.auth,
             )
             for name, unit in self.units.items()
         }
@@ -384,6 +402,10 @@ class PgMcp:
                 for app in apps.values():
                     if app.audit is not None:
                         background.start_soon(app.audit.run_alone, app.settings.database)
+                    if self.access is not None and self.access.identifies:
+                        from pg_mcp_server.identity.access import warn_unusable_roles
+
+                        background.start_soon(warn_unusable_roles, app.db, self.access)
                 yield hub.first
                 background.cancel_scope.cancel()
         finally:
@@ -396,7 +418,7 @@ class PgMcp:
     # --- handlers: one call each into the registry
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
-        tool = self.registry.tools.get(name)
+        tool = self.registry.tool(name)  # (a tool hidden from the caller is unknown)
         return None if tool is None else tool.input_schema
 
     async def _list_tools(
@@ -540,28 +562,40 @@ class PgMcp:
 
 
 def with_pools(
-    settings: Settings, role_warnings: list[str] | None, config: ServerConfig | None
+    settings: Settings,
+    role_warnings: list[str] | None,
+    config: ServerConfig | None,
+    access: Access | None = None,
 ) -> tuple[PgMcp, Database | Pools]:
     """A server and the pools it shares with the HTTP gateway (its /health, cancellation
-    and disposal): one Database, or with several databases one each behind `Pools`."""
+    and disposal): one Database, or with several databases one each behind `Pools`.
+    `access`: the users and auth section, the configuration file's unless given."""
     from pg_mcp_server.app import Pools
     from pg_mcp_server.database.pool import Database
 
+    if access is None and config is not None:
+        access = config.access()
+    auth = access.auth if access is not None else None
     if config is not None and config.several:
         dbs = {
             name: Database(
                 entry.settings.database,
                 name=name,
                 allow_privileged=entry.settings.server.allow_privileged_role,
+                auth=auth,
             )
             for name, entry in config.databases.items()
         }
-        return PgMcp(settings, role_warnings, config=config, dbs=dbs), Pools(dbs)
+        server = PgMcp(settings, role_warnings, config=config, dbs=dbs, access=access)
+        return server, Pools(dbs)
     name = next(iter(config.databases)) if config is not None else "default"
     db = Database(
-        settings.database, name=name, allow_privileged=settings.server.allow_privileged_role
+        settings.database,
+        name=name,
+        allow_privileged=settings.server.allow_privileged_role,
+        auth=auth,
     )
-    return PgMcp(settings, role_warnings, db=db, config=config), db
+    return PgMcp(settings, role_warnings, db=db, config=config, access=access), db
 
 
 def build_server(
@@ -569,6 +603,7 @@ def build_server(
     role_warnings: list[str] | None = None,
     db: Database | None = None,
     config: ServerConfig | None = None,
+    access: Access | None = None,
 ) -> Server[AppContext]:
     """The SDK server of a `PgMcp` (what `mcp.Client(...)` connects to in process)."""
-    return PgMcp(settings, role_warnings, db, config).server
+    return PgMcp(settings, role_warnings, db, config, access=access).server

@@ -276,8 +276,9 @@ async def check(
     """What PostgreSQL says about each definition's SQL; raises DefinitionsError listing
     every definition it refuses, and the pool's PgMcpError when the database cannot be
     reached. `trusted`: MCP_TRUSTED_ROLES; `allow_open_code`: MCP_ALLOW_OPEN_SCHEMA_CODE
-    (see resolve.py)."""
-    async with db.session() as conn:
+    (see resolve.py). The server's own check: as the login role, whoever's request (if any)
+    the start or a reload happens in."""
+    async with db.session(as_caller=False) as conn:
         roles = await trusted_roles(conn, list(trusted or ()))
         path, left_out = await pl_path(conn, roles)
         if left_out:

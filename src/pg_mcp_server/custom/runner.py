@@ -98,13 +98,16 @@ async def transaction(
     the path (check.Checked.left_out), named when something is not found."""
     ms = db.timeout_ms(timeout_ms)
     mode = "READ WRITE" if write or creates else "READ ONLY"
+    # The caller's role and settings (identity/), set in this transaction of our own.
+    assumed = db.assumed()
     try:
-        async with db.session() as conn:
+        async with db.session(as_caller=False) as conn:
             if before is not None:
                 await before(conn)
             await conn.execute(
                 f"BEGIN {mode}; SET LOCAL statement_timeout = {int(ms)}; {SET_RESTRICTED}"
             )
+            await db.assume(conn, assumed)
             try:
                 yield conn
                 if write:

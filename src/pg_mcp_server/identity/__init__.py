@@ -136,6 +136,18 @@ class AuthSettings(BaseModel):
         default=False, description="Audit lines include parameter values (never by default)"
     )
 
+    @field_validator("user_setting", "claims_setting")
+    @classmethod
+    def _custom(cls, value: str | None) -> str | None:
+        # Set per call with set_config: a built-in name ('role', 'search_path') would run
+        # the call as a role named after the user, or on another path.
+        if value is not None and not SETTING_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not a custom setting name (like 'mcp.user_id'): only dotted "
+                "names can be set per call"
+            )
+        return value
+
 
 @dataclass(frozen=True)
 class Identity:

@@ -44,6 +44,7 @@ from pg_mcp_server.app import AppContext
 from pg_mcp_server.configfile import DatabaseEntry, ServerConfig
 from pg_mcp_server.errors import ParameterError, PgMcpError, closest, did_you_mean, to_pg_error
 from pg_mcp_server.identity import current_identity
+from pg_mcp_server.identity.access import shown
 from pg_mcp_server.models.compact import Compact
 from pg_mcp_server.primitives.registry import Registry, _answered, clip
 from pg_mcp_server.tools.registry import ToolDef, error_result, make_tool, ok, ok_json
@@ -120,6 +121,10 @@ class Unit:
         return [t.name for t in self.custom.current.tools] if self.custom is not None else []
 
 
+def _visible(tool: str, names: frozenset[str] | None) -> bool:
+    return names is None or tool in names or tool == "list_databases"
+
+
 def allowed(names: list[str]) -> list[str]:
     """The databases the current caller may use (every one without an identity)."""
     identity = current_identity.get()
@@ -154,7 +159,7 @@ class Databases:
         builtin = {t.name: t for t in first if t.name not in self.bound}
         builtin["list_databases"] = self._list_tool()
         self.builtin = builtin
-        self._listed: dict[tuple[str, ...], list[McpTool]] = {}
+        self._listed: dict[tuple[tuple[str, ...], frozenset[str] | None], list[McpTool]] = {}
 
     # --- which database
 
@@ -208,18 +213,28 @@ class Databases:
 
     def tool_list(self) -> list[McpTool]:
         usable = tuple(allowed(self.names))
-        listed = self._listed.get(usable)
+        names = shown()  # a caller's `tools:` list (list_databases is everyone's)
+        key = (usable, names)
+        listed = self._listed.get(key)
         if listed is None:
-            listed = [self._with_database(t, list(usable)).listed() for t in self.builtin.values()]
+            listed = [
+                self._with_database(t, list(usable)).listed()
+                for t in self.builtin.values()
+                if _visible(t.name, names)
+            ]
             for unit in self.units.values():
                 if unit.name in usable and unit.custom is not None:
                     listed += [
                         t.listed()
                         for t in unit.custom.current.tools
-                        if self.bound.get(t.name) == unit.name
+                        if self.bound.get(t.name) == unit.name and _visible(t.name, names)
                     ]
-            self._listed[usable] = listed
+            self._listed[key] = listed
         return listed
+
+    def tool(self, name: str) -> ToolDef | None:
+        """The tool `name`, if the caller may see it (a hidden one is unknown)."""
+        return self.tools.get(name) if _visible(name, shown()) else None
 
     @cached_property
     def tools(self) -> dict[str, ToolDef]:

@@ -62,6 +62,7 @@ from pg_mcp_server.errors import (
     did_you_mean,
     to_pg_error,
 )
+from pg_mcp_server.identity.access import shown
 from pg_mcp_server.tools.registry import ToolDef, error_result
 
 NAME_ECHO = 100  # characters of an unknown tool's name repeated in the answer
@@ -177,6 +178,10 @@ class ResourceDef:
     description: str
     read: Callable[[Request], Awaitable[Content]]
     mime_type: str = JSON
+    tool: str | None = None  # the tool whose answer it is: shown with it (identity.access.shown)
+
+    def shown(self, names: frozenset[str]) -> bool:
+        return self.uri in names or self.tool in names
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,11 @@ class TemplateDef:
     parameters: list[Argument]
     read: Callable[[Request, dict[str, str]], Awaitable[Content]]
     mime_type: str = JSON
+    tool: str | None = None  # (as ResourceDef's)
     parsed: UriTemplate = field(init=False, repr=False)
+
+    def shown(self, names: frozenset[str]) -> bool:
+        return self.uri_template in names or self.tool in names
 
     def __post_init__(self) -> None:
         parsed = UriTemplate.parse(self.uri_template)
@@ -235,8 +244,37 @@ class Registry:
 
     # --- what tools/list, resources/list, resources/templates/list and prompts/list return
 
+    # A caller with a `tools:` list (identity.access.shown) is shown only what it names, and
+    # what it is not shown is answered exactly as what does not exist.
+
+    def _tools(self) -> dict[str, ToolDef]:
+        names = shown()
+        return self.tools if names is None else {n: t for n, t in self.tools.items() if n in names}
+
+    def _resources(self) -> dict[str, ResourceDef]:
+        names = shown()
+        if names is None:
+            return self.resources
+        return {u: r for u, r in self.resources.items() if r.shown(names)}
+
+    def _templates(self) -> dict[str, TemplateDef]:
+        names = shown()
+        if names is None:
+            return self.templates
+        return {u: t for u, t in self.templates.items() if t.shown(names)}
+
+    def _prompts(self) -> dict[str, PromptDef]:
+        names = shown()
+        if names is None:
+            return self.prompts
+        return {n: p for n, p in self.prompts.items() if n in names}
+
+    def tool(self, name: str) -> ToolDef | None:
+        """The tool `name`, if the caller may see it."""
+        return self._tools().get(name)
+
     def tool_list(self) -> list[McpTool]:
-        return [tool.listed() for tool in self.tools.values()]
+        return [tool.listed() for tool in self._tools().values()]
 
     def resource_list(self) -> list[McpResource]:
         return [
@@ -247,7 +285,7 @@ class Registry:
                 description=r.description,
                 mime_type=r.mime_type,
             )
-            for r in self.resources.values()
+            for r in self._resources().values()
         ]
 
     def template_list(self) -> list[McpResourceTemplate]:
@@ -259,7 +297,7 @@ class Registry:
                 description=t.description,
                 mime_type=t.mime_type,
             )
-            for t in self.templates.values()
+            for t in self._templates().values()
         ]
 
     def prompt_list(self) -> list[McpPrompt]:
@@ -273,7 +311,7 @@ class Registry:
                     for a in p.arguments
                 ],
             )
-            for p in self.prompts.values()
+            for p in self._prompts().values()
         ]
 
     # --- tools/call, resources/read, prompts/get, completion/complete
@@ -281,19 +319,20 @@ class Registry:
     async def call_tool(
         self, name: str, arguments: dict[str, Any], app: AppContext
     ) -> CallToolResult:
-        tool = self.tools.get(name)
+        tools = self._tools()
+        tool = tools.get(name)
         if tool is not None:
             return await tool.run(app, arguments)
-        shown = name if len(name) <= NAME_ECHO else name[:NAME_ECHO] + "..."
+        echo = name if len(name) <= NAME_ECHO else name[:NAME_ECHO] + "..."
         error = ParameterError(
-            f"There is no tool named {shown!r}.",
+            f"There is no tool named {echo!r}.",
             suggestion=did_you_mean(
-                closest(name[:NAME_ECHO], self.tools),
-                f"Tools: {', '.join(sorted(self.tools))}.",
+                closest(name[:NAME_ECHO], tools),
+                f"Tools: {', '.join(sorted(tools))}.",
             ),
         )
         logger.info("tool %s -> %s", clip(name, NAME_ECHO), error.code)
-        return error_result(error, shown, arguments)
+        return error_result(error, echo, arguments)
 
     async def read(self, uri: str, app: AppContext) -> ReadResourceResult:
         with _answered("resource", {"uri": clip(uri)}):
@@ -306,7 +345,7 @@ class Registry:
         """A resource's content and MIME type, for resources/read and the read_resource
         tool; raises what its read raised (ToolFailed for a tool's structured error)."""
         request = Request(app, self)
-        fixed = self.resources.get(uri)
+        fixed = self._resources().get(uri)
         if fixed is not None:
             return await _again_if_lost(lambda: fixed.read(request)), fixed.mime_type
         template, values = self._match(uri)
@@ -317,9 +356,10 @@ class Registry:
     ) -> GetPromptResult:
         request = Request(app, self)
         with _answered("prompt", {"prompt": clip(name)}):
-            prompt = self.prompts.get(name)
+            prompts = self._prompts()
+            prompt = prompts.get(name)
             if prompt is None:
-                raise _not_found("prompt", name, list(self.prompts), "prompts/list")
+                raise _not_found("prompt", name, list(prompts), "prompts/list")
             values = _arguments(prompt.arguments, dict(arguments or {}))
             messages = await _again_if_lost(lambda: prompt.render(request, values))
         return GetPromptResult(description=prompt.description, messages=messages)
@@ -363,7 +403,7 @@ class Registry:
             return Completion(values=found.values, total=found.total, has_more=found.has_more)
 
     def _match(self, uri: str) -> tuple[TemplateDef, dict[str, str]]:
-        for template in self.templates.values():
+        for template in self._templates().values():
             matched = template.parsed.match(uri)
             if matched is None:
                 continue
@@ -380,14 +420,16 @@ class Registry:
     ) -> Argument:
         declared: list[Argument]
         if isinstance(ref, PromptReference):
-            prompt = self.prompts.get(ref.name)
+            prompts = self._prompts()
+            prompt = prompts.get(ref.name)
             if prompt is None:
-                raise _not_found("prompt", ref.name, list(self.prompts), "prompts/list")
+                raise _not_found("prompt", ref.name, list(prompts), "prompts/list")
             declared = prompt.arguments
         else:
-            template = self.templates.get(ref.uri)
+            templates = self._templates()
+            template = templates.get(ref.uri)
             if template is None:
-                known = list(self.templates)
+                known = list(templates)
                 raise _not_found("resource template", ref.uri, known, "resources/templates/list")
             declared = template.parameters
         for arg in declared:

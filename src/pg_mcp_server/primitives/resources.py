@@ -106,6 +106,7 @@ def result_templates() -> list[TemplateDef]:
             "never run again. Expires when left idle (RESULT_EXPIRED: run the query again).",
             [RESULT, PAGE],
             _result_page,
+            tool="execute_query",
         ),
     ]
 
@@ -182,6 +183,7 @@ def _server_resources() -> list[ResourceDef]:
             "The schemas with owner, comment and table and view counts, as list_schemas "
             "returns them. Tables: pg://schemas/{schema}/tables.",
             _schemas,
+            tool="list_schemas",
         ),
     ]
 
@@ -201,6 +203,7 @@ def _schema_templates() -> list[TemplateDef]:
             "reads on from its next_cursor).",
             [SCHEMA],
             _tables,
+            tool="list_tables",
         ),
         TemplateDef(
             "pg://schemas/{schema}/tables/{table}",
@@ -210,6 +213,7 @@ def _schema_templates() -> list[TemplateDef]:
             "types and keys, indexes, constraints, enum labels.",
             [SCHEMA, TABLE],
             _table,
+            tool="describe_table",
         ),
         TemplateDef(
             "pg://schemas/{schema}/erd",
@@ -240,5 +244,6 @@ def _schema_templates() -> list[TemplateDef]:
             "key, long text cut, sensitive columns redacted).",
             [SCHEMA, TABLE],
             _sample,
+            tool="get_sample_rows",
         ),
     ]

@@ -10,11 +10,16 @@ concurrency limit (a request above it waits a bounded time for a slot, then gets
 `subscriptions/listen` stream, which lasts as long as its client listens, takes one of a
 bounded pool of its own instead), cancellation of a request whose client went away (so its
 query stops), the caller's identity for what is held for it (a hash of its token: held results
-and the query history are its own, results/owner.py), and /health for load balancers (200, or
+and the query history are its own, results/owner.py) and, with users configured (identity/),
+its user (transport/callers.py: static tokens, OAuth access tokens, the protected resource
+metadata), and /health for load balancers (200, or
 503 when the database is unreachable). Where the SDK answers badly we answer first: malformed
 JSON-RPC envelopes (envelope.py), an unsupported protocol version (which versions are), a
 foreign Host or Origin (which setting to change), and `/mcp/` (served, not redirected to a host
 the client did not ask for).
+
+Its size (~420 lines): one request's path through these checks, in order, and the state they
+share (slots, streams, the request's backends).
 """
 
 from __future__ import annotations
@@ -35,9 +40,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pg_mcp_server.config import ServerSettings, Settings
 from pg_mcp_server.database.pool import Database, request_backends
 from pg_mcp_server.errors import PgMcpError
+from pg_mcp_server.identity import Identity, current_identity
+from pg_mcp_server.identity.access import Access, owner_of
+from pg_mcp_server.identity.oauth import TokenRejected
 from pg_mcp_server.results.owner import LOCAL, caller, token_owner
 from pg_mcp_server.server import with_pools
 from pg_mcp_server.transport import envelope
+from pg_mcp_server.transport.callers import Callers, bearer
 from pg_mcp_server.transport.idscan import addressee
 
 if TYPE_CHECKING:
@@ -86,11 +95,21 @@ class Gateway:
     """ASGI app: /health, then auth, method, version, concurrency and envelope checks for /mcp,
     then the SDK."""
 
-    def __init__(self, app: ASGIApp, db: Database | Pools, settings: Settings) -> None:
+    def __init__(
+        self, app: ASGIApp, db: Database | Pools, settings: Settings, access: Access | None = None
+    ) -> None:
         self.app = app
         self.db = db
         srv = settings.server
         self.tokens = [t.get_secret_value().encode() for t in srv.auth_tokens]
+        # Users (identity/): each request is one of them, or refused; MCP_AUTH_TOKENS would
+        # be callers outside every user's grants, so both at once is a configuration error.
+        self.callers = Callers(access) if access is not None and access.identifies else None
+        if self.callers is not None and self.tokens:
+            raise ValueError(
+                "MCP_AUTH_TOKENS and users: are both set: give each token to a user entry "
+                "(users: ... token:) instead"
+            )
         self.max_bytes = srv.max_request_bytes
         self.limit = srv.max_concurrent_requests or 4 * settings.database.pool_size
         self.wait_s = settings.database.pool_timeout  # a request above the limit waits this long
@@ -116,6 +135,11 @@ class Gateway:
         if path == HEALTH_PATH and method in ("GET", "HEAD"):
             await self._health(send)
             return
+        if self.callers is not None and method in ("GET", "HEAD"):
+            metadata = self.callers.metadata_at(path)
+            if metadata is not None:
+                await _respond_raw(send, 200, metadata)
+                return
         if path.rstrip("/") != MCP_PATH:
             await self.app(scope, receive, send)
             return
@@ -125,15 +149,10 @@ class Gateway:
         # httptools keeps what surrounds them.
         headers = [(k, v.strip(b" \t")) for k, v in scope["headers"]]
         scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode(), "headers": headers}
-        owner = self._owner(scope) if self.tokens else LOCAL
-        if owner is None:
-            await _respond(
-                send,
-                401,
-                _rpc_error(-32001, "Missing or invalid bearer token"),
-                {"WWW-Authenticate": 'Bearer realm="pg-mcp-server"'},
-            )
+        found = await self._caller(scope, send)
+        if found is None:
             return
+        owner, identity = found
         if method in ("GET", "DELETE"):
             await _respond(
                 send,
@@ -179,10 +198,14 @@ class Gateway:
 
         # Held results and the query history belong to the caller: the SDK's task for this
         # request inherits this context, so the handlers see who it is (results/owner.py).
+        # So do the caller's identity (its role and settings in the database, what it is
+        # shown: identity/).
         bound = caller.set(owner)
+        who = current_identity.set(identity)
         try:
             await self._serve(scope, body, receive, self._explained(scope, sent))
         finally:
+            current_identity.reset(who)
             caller.reset(bound)
             release()
 
@@ -340,16 +363,37 @@ class Gateway:
         finally:
             request_backends.reset(token)
 
+    async def _caller(self, scope: Scope, send: Send) -> tuple[str, Identity | None] | None:
+        """Who the request is for (the owner of what is held for it, and its user when users
+        are configured: transport/callers.py); None once refused (401, 403 or 503)."""
+        if self.callers is not None:
+            try:
+                identity = await self.callers.identify(scope)
+            except TokenRejected as refused:
+                status, said, headers = self.callers.refusal(refused)
+                logger.info("HTTP: bearer token refused (%s): %d", said, status)
+                await _respond(send, status, _rpc_error(-32001, said), headers)
+                return None
+            return owner_of(identity), identity
+        owner = self._owner(scope) if self.tokens else LOCAL
+        if owner is None:
+            await _respond(
+                send,
+                401,
+                _rpc_error(-32001, "Missing or invalid bearer token"),
+                {"WWW-Authenticate": 'Bearer realm="pg-mcp-server"'},
+            )
+        return None if owner is None else (owner, None)
+
     def _owner(self, scope: Scope) -> str | None:
         """Who the caller is (a hash of its bearer token), or None when it is not one of
         MCP_AUTH_TOKENS."""
-        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        scheme, _, token = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not token:
+        token = bearer(scope)
+        if token is None:
             return None
         # Compare with every token, always, so timing says nothing about which one matched.
-        matches = [hmac.compare_digest(token.strip(), t) for t in self.tokens]
-        return token_owner(token.strip()) if any(matches) else None
+        matches = [hmac.compare_digest(token, t) for t in self.tokens]
+        return token_owner(token) if any(matches) else None
 
     async def _health(self, send: Send) -> None:
         try:
@@ -383,11 +427,17 @@ def sdk_app(server: Server[Any], srv: ServerSettings, host: str) -> ASGIApp:
 
 
 def http_app(
-    settings: Settings, role_warnings: list[str] | None = None, config: ServerConfig | None = None
+    settings: Settings,
+    role_warnings: list[str] | None = None,
+    config: ServerConfig | None = None,
+    access: Access | None = None,
 ) -> Gateway:
-    """The whole HTTP application: our gateway around the SDK's stateless JSON app."""
-    server, db = with_pools(settings, role_warnings, config)
+    """The whole HTTP application: our gateway around the SDK's stateless JSON app.
+    `access`: the users and the auth section (identity/access.py), the configuration
+    file's unless given; None for none."""
+    server, db = with_pools(settings, role_warnings, config, access)
     server.load()  # before serving, not in the first request
-    gateway = Gateway(sdk_app(server.server, settings.server, settings.server.host), db, settings)
+    app = sdk_app(server.server, settings.server, settings.server.host)
+    gateway = Gateway(app, db, settings, server.access)
     gateway.on_hangup = server.on_hangup
     return gateway

@@ -53,6 +53,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
+from pg_mcp_server.identity.access import enter_stdio
 from pg_mcp_server.signals import Signals
 from pg_mcp_server.transport import envelope
 from pg_mcp_server.transport.idscan import Addressee
@@ -359,6 +360,7 @@ class _Wires:
 
 async def serve(server: PgMcp, signals: Signals, max_line: int) -> None:
     """Serve `server` on this process's stdin and stdout until end of input or a stop signal."""
+    enter_stdio(server.access)
     loop = asyncio.get_running_loop()
     stop = anyio.Event()
 

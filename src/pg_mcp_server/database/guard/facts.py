@@ -259,12 +259,16 @@ SMALL_CATALOGS = "pg_catalog.concat_ws('/', {})".format(
 # server can), and MCP_TRUSTED_ROLES; but for superusers, only while no other role may act as
 # them: a member (SET ROLE) that is none of these, or before PostgreSQL 16 any role with
 # CREATEROLE (it may grant itself any role), makes a role untrusted (attack3 F16).
+# The server's own role is SESSION_USER, the login role: a caller's grant may have the
+# statement run as another role (SET LOCAL ROLE, identity/), which CURRENT_USER would then
+# name, and trust must not follow it (a tenant role's objects are trusted for no caller).
+# The guard refuses SET SESSION AUTHORIZATION, and only a superuser could run it.
 # `{names}`: a text[] of MCP_TRUSTED_ROLES (each statement passes it its own way).
 TRUSTED_ROLES = f"""ARRAY(
     WITH named AS (
         SELECT r.oid FROM pg_catalog.pg_roles r
         WHERE r.rolsuper OR r.rolname = ANY ({{names}})
-           OR r.rolname IN (CURRENT_USER, 'pg_database_owner')
+           OR r.rolname IN (SESSION_USER, 'pg_database_owner')
            OR r.oid = (SELECT d.datdba FROM pg_catalog.pg_database d
                        WHERE d.datname = pg_catalog.current_database()))
     SELECT n.oid FROM named n JOIN pg_catalog.pg_roles r ON r.oid = n.oid

@@ -25,7 +25,7 @@ from pglast import ast, parse_sql, parser, stream, visitors
 from pg_mcp_server.database.guard.reach import Plan
 from pg_mcp_server.database.guard.rules import RELATION, TYPE, Refusal
 from pg_mcp_server.database.guard.state import GuardState
-from pg_mcp_server.database.pool import Prelude
+from pg_mcp_server.database.pool import Prelude, acting_role
 from pg_mcp_server.database.sql import Refs, refs_of, tree as sqltree, walk
 from pg_mcp_server.errors import InvalidSqlError, PgMcpError, WriteOperationDeniedError
 
@@ -271,15 +271,28 @@ class SqlGuard:
     allow_foreign_tables: bool = False
     allow_open_schema_code: bool = False
     custom: frozenset[str] | None = None  # see rules.Judge.custom
-    state: GuardState = field(init=False)
+    # The catalog facts as each role a call runs as sees them (None: the login role; a
+    # caller's grant may name another, SET LOCAL ROLE, see pool.acting_role): the search path
+    # ("$user", and it leaves out schemas the role may not use) and the schemas a role may
+    # use (USAGE) are the role's own. One set for every role would be read again whenever a
+    # call's role differs from the last one's (CHECK compares the path). Which owners are
+    # trusted is the same in each (facts.TRUSTED_ROLES names the session's login role, never
+    # the role SET ROLE made current).
+    _states: dict[str | None, GuardState] = field(init=False, default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.state = GuardState(
-            tuple(self.trusted_roles),
-            self.allow_foreign_tables,
-            allow_open_schema_code=self.allow_open_schema_code,
-            custom=self.custom,
-        )
+    @property
+    def state(self) -> GuardState:
+        """The facts for the role the current block runs as."""
+        role = acting_role.get()
+        found = self._states.get(role)
+        if found is None:
+            found = self._states[role] = GuardState(
+                tuple(self.trusted_roles),
+                self.allow_foreign_tables,
+                allow_open_schema_code=self.allow_open_schema_code,
+                custom=self.custom,
+            )
+        return found
 
     def prelude(self, sql: str) -> Prelude | None:
         """The locks `check` will take for `sql`, when a verified plan says which, to send with

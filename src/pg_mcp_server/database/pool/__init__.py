@@ -21,10 +21,12 @@ if TYPE_CHECKING:
         refusal as refusal,
     )
     from pg_mcp_server.database.pool.engine import (
+        Assumed as Assumed,
         Database as Database,
         Prelude as Prelude,
         StatementChangedError as StatementChangedError,
         Transaction as Transaction,
+        acting_role as acting_role,
         lock_wait_error as lock_wait_error,
         request_backends as request_backends,
         send_locks as send_locks,
@@ -39,6 +41,8 @@ __getattr__ = face(
     {
         "audit": ["refusal", "RoleAudit"],
         "engine": [
+            "acting_role",
+            "Assumed",
             "Database",
             "lock_wait_error",
             "Prelude",

@@ -23,13 +23,21 @@ cancelled by backend pid (PgBouncer shows a pid of its own). `PG_POOL_MODE` says
 the first connection compares the backend pid PostgreSQL reports with the one the connection
 was given at start-up; a pooler in between makes them differ).
 
-Its size (~670 lines) is one object's lifecycle: checkout, the transaction, the guard's
-locks and their waits, cancellation and the background reset, which share the pool's state.
+A caller with a grant (identity/: users over HTTP, `auth.stdio_user`) has every use of a
+connection in an explicit `BEGIN READ ONLY` transaction that first runs, right after BEGIN,
+`set_config('role', $1, true)` and its settings the same way (`assume`, bound parameters):
+all LOCAL, so ROLLBACK (and _POOLED_END's ROLLBACK TO the start savepoint) ends them before
+anyone else uses the session. Without an identity nothing of this runs.
+
+Its size (~800 lines) is one object's lifecycle: checkout, the transaction, the caller's role,
+the guard's locks and their waits, cancellation and the background reset, which share the
+pool's state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import weakref
 from collections import OrderedDict
@@ -54,6 +62,7 @@ from pg_mcp_server.errors import (
     PgMcpError,
     QueryTimeoutError,
 )
+from pg_mcp_server.identity import AuthSettings, Grant, Identity, current_identity
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,6 +113,29 @@ _POOLED_END = statement(
     "::pg_catalog.int4, pg_catalog.pg_advisory_unlock_all(); ROLLBACK",
 )
 _DETECT = "SELECT pg_catalog.pg_backend_pid()"
+# Of the roles users' grants name, those the login role cannot act as (no such role, or not
+# a member): checked at start, so the operator hears of it before a caller does.
+_UNUSABLE_ROLES = statement(
+    "pool.engine.UNUSABLE_ROLES",
+    """
+SELECT k.name FROM pg_catalog.unnest($1::pg_catalog.text[]) AS k(name)
+WHERE CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.rolname = k.name)
+           THEN NOT pg_catalog.pg_has_role(session_user, k.name, 'MEMBER')
+           ELSE true END
+ORDER BY 1
+""",
+)
+# A caller's role and settings for its grant (identity/), right after BEGIN: each set with
+# is_local, so the transaction's end (ROLLBACK, and ROLLBACK TO the start savepoint behind a
+# transaction pooler) undoes them. Names and values are parameters, never SQL text; the role
+# goes to set_config('role', ...), which is SET LOCAL ROLE (PostgreSQL checks membership).
+_ASSUME = statement(
+    "pool.engine.ASSUME",
+    """
+SELECT pg_catalog.set_config(($1::pg_catalog.text[])[s.i], ($2::pg_catalog.text[])[s.i], true)
+FROM pg_catalog.generate_subscripts($1::pg_catalog.text[], 1) AS s(i)
+""",
+)
 _CANCEL = statement(
     "pool.engine.CANCEL", "SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid"
 )
@@ -151,6 +183,21 @@ STATEMENT_CACHE = 100  # prepared statements kept per connection (asyncpg's defa
 # inherited by the tasks that serve it), so a request whose client went away can have its
 # queries cancelled.
 request_backends: ContextVar[set[int] | None] = ContextVar("request_backends", default=None)
+
+# The role the statements of the current block run as (a caller's grant, SET LOCAL ROLE),
+# None for the login role: the guard keeps its catalog facts per role (guard/gate.py), since
+# the search path and the schemas a role may use are the role's own.
+acting_role: ContextVar[str | None] = ContextVar("acting_role", default=None)
+
+
+@dataclass(frozen=True)
+class Assumed:
+    """What one caller's statements run with in this database: `role` (None: the login role)
+    and the custom settings, as the parameters of _ASSUME."""
+
+    role: str | None
+    names: tuple[str, ...]
+    values: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -294,12 +341,22 @@ class Database:
     `read_only()` (SQL a caller wrote) and `session()` (our own constant statements)."""
 
     def __init__(
-        self, settings: DatabaseSettings, *, name: str = "default", allow_privileged: bool = True
+        self,
+        settings: DatabaseSettings,
+        *,
+        name: str = "default",
+        allow_privileged: bool = True,
+        auth: AuthSettings | None = None,
     ) -> None:
         """`allow_privileged=False` (MCP_ALLOW_PRIVILEGED_ROLE unset): a connection whose role
-        is a superuser or a member of a file or program role is refused (see audit.py)."""
+        is a superuser or a member of a file or program role is refused (see audit.py).
+        `name`: this database's name in the users' grants (identity/); `auth`: which
+        settings carry the caller's name and claims (the defaults when None)."""
         self.settings = settings
         self.name = name  # the configured database's name (configfile.py)
+        self.auth = auth if auth is not None else AuthSettings()
+        # Users' roles found not privileged (see assume), checked once each.
+        self._vetted: set[str] = set()
         self.allow_privileged = allow_privileged
         # No pool_pre_ping: it would cost a round trip per call. A connection the server
         # closed is seen as closed at checkout (see _checkout) and replaced.
@@ -486,16 +543,98 @@ class Database:
         `prelude` sent in BEGIN's message."""
         ms = self.timeout_ms(timeout_ms)
         begin = explicit or ms < self.settings.statement_timeout
-        async with self._use(ms, begin, prelude) as conn:
+        assumed = self.assumed()
+        if assumed is not None and assumed.role is not None:
+            prelude = None  # (see run)
+        async with self._use(ms, begin, prelude, assumed) as conn:
             yield conn
 
     @asynccontextmanager
-    async def session(self) -> AsyncIterator[asyncpg.Connection]:
+    async def session(self, *, as_caller: bool = True) -> AsyncIterator[asyncpg.Connection]:
         """A pooled read-only session for our own constant statements (catalog reads with
         bound parameters), each its own read-only transaction under the server's timeout.
-        Never for SQL a caller wrote: use `read_only()`."""
-        async with self._use(self.settings.statement_timeout, False) as conn:
+        Never for SQL a caller wrote: use `read_only()`. For a caller with a grant (identity/)
+        the block is one `BEGIN READ ONLY` transaction as its role, with its settings, like
+        read_only(): what the catalog shows (privileges, pg_stats under row-level security)
+        is what that role may see. `as_caller=False`: as the login role, for what acts on the
+        server's own sessions (cancelling a request's backends, /health) or begins its own
+        transaction and assumes the caller itself (custom/runner.py, `assume`)."""
+        assumed = self.assumed() if as_caller else None
+        async with self._use(self.settings.statement_timeout, False, None, assumed) as conn:
             yield conn
+
+    def assumed(self) -> Assumed | None:
+        """What the current caller (`current_identity`) runs as in this database; None for no
+        identity (the login role, today's single-user case, at no cost). A caller without a
+        grant for this database is refused."""
+        identity = current_identity.get()
+        if identity is None:
+            return None
+        grant = identity.user.grant(self.name)
+        if grant is None:
+            raise PermissionDeniedError(
+                f"User {identity.name!r} may not use database {self.name!r}.",
+                suggestion="Use a database your user entry lists under `databases:`.",
+                context={"database": self.name},
+            )
+        return self._assumed(identity, grant)
+
+    def _assumed(self, identity: Identity, grant: Grant) -> Assumed:
+        pairs = [("role", grant.role)] if grant.role is not None else []
+        pairs += list(grant.settings.items())
+        if self.auth.user_setting is not None:
+            pairs.append((self.auth.user_setting, identity.name))
+        if self.auth.claims_setting is not None:
+            pairs.append((self.auth.claims_setting, json.dumps(identity.claims, default=str)))
+        return Assumed(grant.role, tuple(n for n, _ in pairs), tuple(v for _, v in pairs))
+
+    async def assume(self, conn: asyncpg.Connection, assumed: Assumed | None) -> None:
+        """Run as `assumed` for the rest of the transaction `conn` is in (its role and
+        settings, all LOCAL). A role the login role may not SET ROLE to is a clear refusal."""
+        if assumed is None or not assumed.names:
+            return
+        try:
+            await conn.fetch(_ASSUME, list(assumed.names), list(assumed.values))
+        except asyncpg.InsufficientPrivilegeError:
+            raise self._not_member(assumed.role) from None
+        except asyncpg.InvalidParameterValueError as exc:
+            if assumed.role is not None and "role" in (exc.message or ""):
+                raise self._not_member(assumed.role) from None
+            raise
+        role = assumed.role
+        if role is not None and not self.allow_privileged and role not in self._vetted:
+            # The login role's own audit (_setup) does not see what a role it may SET ROLE
+            # to is: a superuser role is not inherited through membership. Once per role.
+            from pg_mcp_server.database.pool.audit import FILE_ROLES, privileges
+
+            row = await conn.fetchrow(_PRIVILEGED, FILE_ROLES)  # current_user: the role
+            assert row is not None
+            found = privileges(row["role"], row["superuser"], row["file_roles"])
+            if found:
+                logger.error("refused a user's role: %s", "; ".join(found))
+                raise PermissionDeniedError(
+                    f"The role {role!r} that calls run as here is privileged "
+                    f"({'; '.join(found)}): refused, one statement past the guard could run "
+                    "programs on the database host.",
+                    suggestion="Ask the operator to give the user a role that can only "
+                    "SELECT (or to set MCP_ALLOW_PRIVILEGED_ROLE=true).",
+                    context={"database": self.name, "role": role},
+                )
+            self._vetted.add(role)
+
+    async def unusable_roles(self, roles: Collection[str]) -> list[str]:
+        """Which of `roles` the login role cannot SET ROLE to (see _UNUSABLE_ROLES)."""
+        async with self.session(as_caller=False) as conn:
+            return [r["name"] for r in await conn.fetch(_UNUSABLE_ROLES, sorted(set(roles)))]
+
+    def _not_member(self, role: str | None) -> PermissionDeniedError:
+        return PermissionDeniedError(
+            f"The server's login role cannot act as role {role!r} in database {self.name!r} "
+            "(it does not exist, or the login role is not a member of it with SET).",
+            suggestion="Ask the operator to GRANT that role to the server's login role, or "
+            "to fix the user's `databases:` entry.",
+            context={"database": self.name, "role": role},
+        )
 
     async def run(
         self,
@@ -512,6 +651,11 @@ class Database:
         a prepared statement no longer fits its tables. Every tool only reads, so running it
         again is safe. The one place calls are retried."""
         probing = None
+        # A caller running as a role of its own has its role set after BEGIN and before the
+        # guard's locks (which are taken as that role): no prelude in BEGIN's message.
+        assumed = self.assumed()
+        if assumed is not None and assumed.role is not None:
+            prelude = None
         try:
             for attempt in (1, 2):
                 use = (
@@ -540,16 +684,22 @@ class Database:
 
     @asynccontextmanager
     async def _use(
-        self, ms: int, begin: bool, prelude: Prelude | None = None
+        self,
+        ms: int,
+        begin: bool,
+        prelude: Prelude | None = None,
+        assumed: Assumed | None = None,
     ) -> AsyncIterator[asyncpg.Connection]:
-        """Check out, begin if asked (always behind a transaction pooler), map failures to
-        PgMcpErrors, and release in the background."""
+        """Check out, begin if asked (always behind a transaction pooler, and for a caller
+        with a role or settings of its own: they are LOCAL to the transaction), map failures
+        to PgMcpErrors, and release in the background."""
         try:
             sa_conn, conn = await self._checkout()
         except Exception as exc:
             raise _refused(_mapped(exc, ms)) from None
-        explicit = begin or bool(self.pooled) or prelude is not None
+        explicit = begin or bool(self.pooled) or prelude is not None or assumed is not None
         transaction = _transaction.set(Transaction(conn, ms) if explicit else None)
+        role = acting_role.set(assumed.role if assumed is not None else None)
         reused = conn in self._used
         self._used.add(conn)
         backends = None if self.pooled else request_backends.get()
@@ -559,6 +709,7 @@ class Database:
         try:
             if explicit:
                 await self._begin(conn, ms, prelude)
+                await self.assume(conn, assumed)
             yield conn
         except PgMcpError:
             raise
@@ -570,6 +721,7 @@ class Database:
                 ) from None
             raise mapped from None
         finally:
+            acting_role.reset(role)
             _transaction.reset(transaction)
             if backends is not None:
                 backends.discard(pid)
@@ -606,7 +758,7 @@ class Database:
     async def cancel(self, backends: set[int]) -> None:
         """Cancel what these backends are running (a role may always cancel its own)."""
         if backends and not self.pooled:
-            async with self.session() as conn:
+            async with self.session(as_caller=False) as conn:
                 await conn.execute(
                     _CANCEL,
                     sorted(backends),
@@ -618,7 +770,7 @@ class Database:
         return {c.get_server_pid() for c in self._used if not c.is_closed()}
 
     async def ping(self) -> None:
-        async with self.session() as conn:
+        async with self.session(as_caller=False) as conn:
             await conn.fetchval("SELECT 1")
 
     async def dispose(self) -> None:
