@@ -18,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from serverproc import free_port
 
 from pg_mcp_server.config import Settings
+from pg_mcp_server.configfile import ServerConfig
 from pg_mcp_server.identity import Grant, UserEntry
 from pg_mcp_server.identity.access import Access
 from pg_mcp_server.transport.gateway import Gateway, http_app
@@ -104,9 +105,12 @@ def names() -> dict[str, str]:
 
 
 @asynccontextmanager
-async def serving(settings: Settings, access: Access | None) -> AsyncIterator[tuple[str, Gateway]]:
-    """The HTTP app in process under uvicorn on a free loopback port: its base URL."""
-    app = http_app(settings, [], access=access)
+async def serving(
+    settings: Settings, access: Access | None, config: ServerConfig | None = None
+) -> AsyncIterator[tuple[str, Gateway]]:
+    """The HTTP app in process under uvicorn on a free loopback port: its base URL. `config`:
+    a configuration file's (its users are the access unless `access` is given)."""
+    app = http_app(settings, [], config=config, access=access)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning")
     server = uvicorn.Server(config)
