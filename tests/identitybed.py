@@ -112,8 +112,8 @@ async def serving(
     a configuration file's (its users are the access unless `access` is given)."""
     app = http_app(settings, [], config=config, access=access)
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning")
-    server = uvicorn.Server(config)
+    served = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="on", log_level="warning")
+    server = uvicorn.Server(served)
     task = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(30):
