@@ -3,6 +3,7 @@ SET LOCAL ROLE and row-level security. Exploratory probes; findings become stric
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 import pytest_asyncio
 from identitybed import SETUP, Tenants, client_as, names, serving
 from mcp import Client
-from mcpclient import call, call_error, execute, records
+from mcpclient import call, call_error, execute, fetch, records
 from pgbed import PgServer
 
 from pg_mcp_server.config import Settings
@@ -123,3 +124,53 @@ async def test_explain_is_no_oracle_on_another_tenants_rows(tenants: Tenants) ->
         # (the 400 rows of tenant b, seen by the index scan and removed by the policy)
         assert "Rows Removed by Filter: 400" not in _plan(out), _plan(out)
         assert "rows=400" not in _plan(out), _plan(out)
+
+
+SLOW = (
+    "SELECT count(*) AS n FROM generate_series(1, 12000) a, generate_series(1, 6000) b "
+    "WHERE 'alice-private-search' IS NOT NULL"
+)
+
+
+async def _until_running(admin: str, marker: str) -> int:
+    """The pid of the server's backend running the statement that names `marker`."""
+    for _ in range(2000):
+        rows = await fetch(
+            admin,
+            "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE $1 "
+            "AND pid <> pg_backend_pid()",
+            f"%{marker}%",
+        )
+        if rows:
+            return int(rows[0]["pid"])
+        await asyncio.sleep(0.005)  # polling a condition
+    raise AssertionError("the slow statement never ran")
+
+
+@pytest.mark.xfail(strict=True, reason="attack7 F3: open, see security-review/attack7/REPORT.md")
+async def test_activity_shows_no_other_users_statements(tenants: Tenants) -> None:
+    """F3 (open). Every pooled session is the login role's, whatever role a call SETs: a
+    user whose grant runs as the login role (carol; any user with settings but no role)
+    sees every other user's statement in flight, literals included, in pg://stat/activity
+    (and analyze_db_health's long-running check). A user with a role of its own (bob)
+    sees none: PostgreSQL shows a session's query to roles with the privileges of its
+    session user only."""
+    t = tenants
+    config = Settings.load(database={"dsn": t.dsn, "pool_size": 3}, server={})
+    async with (
+        serving(config, Access(t.users())) as (base, _),
+        client_as(base, "alice-token") as a,
+    ):
+        slow = asyncio.create_task(call(a, "explain_query", sql=SLOW, analyze=True))
+        try:
+            await _until_running(t.admin, "alice-private-search")
+            seen = {}
+            for name in ("bob", "carol"):
+                async with client_as(base, f"{name}-token") as other:
+                    read = await other.read_resource("pg://stat/activity")
+                    seen[name] = read.contents[0].text  # type: ignore[union-attr]
+            assert not slow.done(), "both read while alice's statement ran"
+        finally:
+            await slow
+    assert "alice-private-search" not in seen["bob"]
+    assert "alice-private-search" not in seen["carol"], seen["carol"][:2000]
