@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +175,69 @@ async def test_activity_shows_no_other_users_statements(tenants: Tenants) -> Non
             await slow
     assert "alice-private-search" not in seen["bob"]
     assert "alice-private-search" not in seen["carol"], seen["carol"][:2000]
+
+
+PLANTED = """
+CREATE TYPE app.mood AS ENUM ('sad', 'ok', 'happy');
+CREATE TABLE app.moods (id int PRIMARY KEY, m app.mood, d app.mood[]);
+INSERT INTO app.moods VALUES (1, 'ok', '{{sad,ok}}');
+GRANT SELECT ON app.moods TO {ta}, {tb};
+GRANT USAGE ON TYPE app.mood TO {ta}, {tb};
+CREATE SCHEMA {ta} AUTHORIZATION {ta};
+SET ROLE {ta};
+CREATE FUNCTION {ta}.pwn(a anyelement, b anyelement) RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'PWNED as % (session %)', current_user, session_user;
+END $f$;
+CREATE FUNCTION {ta}.pwn2(a oid, b int) RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'PWNED2 as % (session %)', current_user, session_user;
+END $f$;
+CREATE FUNCTION {ta}.pwn3(a app.mood, b app.mood) RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'PWNED3 as % (session %)', current_user, session_user;
+END $f$;
+CREATE OPERATOR {ta}.<> (leftarg = oid, rightarg = int4, function = {ta}.pwn2);
+CREATE OPERATOR {ta}.= (leftarg = oid, rightarg = int4, function = {ta}.pwn2);
+CREATE OPERATOR {ta}.= (leftarg = app.mood, rightarg = app.mood, function = {ta}.pwn3);
+CREATE FUNCTION {ta}.enum_range(app.mood) RETURNS app.mood[] LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'PWNED4 as %', current_user;
+END $f$;
+CREATE FUNCTION {ta}.lower(app.mood) RETURNS text LANGUAGE plpgsql AS $f$
+BEGIN
+    RAISE EXCEPTION 'PWNED5 as %', current_user;
+END $f$;
+RESET ROLE;
+"""
+
+PROBES = [
+    ("execute_query", {"sql": "SELECT * FROM app.moods"}),
+    ("execute_query", {"sql": "SELECT 'ok'::app.mood AS m, '{ok}'::app.mood[] AS d"}),
+    ("execute_query", {"sql": "SELECT id FROM app.moods WHERE m = 'ok'"}),
+    ("execute_query", {"sql": "SELECT enum_range(m) FROM app.moods"}),
+    ("execute_query", {"sql": "SELECT lower(m) FROM app.moods"}),
+    ("execute_query", {"sql": "SELECT id FROM app.moods WHERE m = $1", "params": ["ok"]}),
+    ("get_sample_rows", {"schema_name": "app", "table_name": "moods"}),
+    ("get_sample_rows", {"schema_name": "app", "table_name": "moods", "where_clause": "m = 'ok'"}),
+    ("explain_query", {"sql": "SELECT id FROM app.moods WHERE m = 'ok'", "analyze": True}),
+    ("describe_table", {"schema_name": "app", "table_name": "moods"}),
+]
+
+
+async def test_planted_on_the_tenants_own_search_path_never_runs(tenants: Tenants) -> None:
+    """Tenant A owns the schema its role's "$user" names (schema per tenant, owned by the
+    tenant: it may create there) and plants exact-type operators and functions there. Its
+    own calls (and bob's) must never run them: they run as the tenant in the server's
+    session, whose login role is a member of every tenant role (SET ROLE to any of them)."""
+    t = tenants
+    await execute(t.admin, PLANTED.format(ta=t.ta, tb=t.tb))
+    said: list[str] = []
+    async with serving(settings(t), Access(t.users())) as (base, _):
+        for name in ("alice", "bob", "alice"):
+            async with client_as(base, f"{name}-token") as c:
+                for tool, args in PROBES:
+                    said.append(f"{name} {tool} {args}: {json.dumps(await _any(c, tool, **args))}")
+    text = "\n".join(said)
+    Path("/tmp/a7_planted.txt").write_text(text)
+    assert "PWNED" not in text, text
