@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 import pytest_asyncio
 from identitybed import SETUP, Tenants, client_as, names, serving
@@ -241,3 +242,92 @@ async def test_planted_on_the_tenants_own_search_path_never_runs(tenants: Tenant
     text = "\n".join(said)
     Path("/tmp/a7_planted.txt").write_text(text)
     assert "PWNED" not in text, text
+
+
+RACE = """
+CREATE ROLE {owner} LOGIN;
+CREATE ROLE {atk} LOGIN;
+CREATE SCHEMA atk AUTHORIZATION {atk};
+GRANT USAGE ON SCHEMA atk TO {login}, {ta}, {tb};
+GRANT USAGE, CREATE ON SCHEMA atk TO {owner};
+SET ROLE {atk};
+CREATE FUNCTION atk.evil() RETURNS text IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'PWNED as % (session %)', current_user, session_user;
+END $$;
+SET ROLE {owner};
+CREATE TABLE atk.t (id int PRIMARY KEY, v text);
+INSERT INTO atk.t VALUES (1, 'a');
+CREATE VIEW atk.v AS SELECT id, v FROM atk.t;
+GRANT SELECT ON atk.t, atk.v TO {login}, {ta}, {tb};
+RESET ROLE;
+"""
+REPLACE_VIEW = "CREATE OR REPLACE VIEW atk.v AS SELECT id, v || atk.evil() AS v FROM atk.t"
+
+
+async def _lock_wait(admin: str, database: str) -> None:
+    for _ in range(4000):
+        rows = await fetch(
+            admin,
+            "SELECT 1 FROM pg_stat_activity WHERE datname = $1 "
+            "AND application_name = 'pg-mcp-server' AND wait_event_type = 'Lock'",
+            database,
+        )
+        if rows:
+            return
+        await asyncio.sleep(0.005)  # polling a condition
+    raise AssertionError("the server's call never waited on the attacker's lock")
+
+
+@pytest.mark.parametrize("pool_mode", ["session", "transaction"])
+@pytest.mark.parametrize("warm", [True, False], ids=["plan-known", "first-call"])
+@pytest.mark.parametrize(
+    "tool,args",
+    [
+        ("execute_query", {"sql": "SELECT id, v FROM atk.v"}),
+        ("explain_query", {"sql": "SELECT id, v FROM atk.v"}),
+        ("get_sample_rows", {"schema_name": "atk", "table_name": "v"}),
+    ],
+    ids=["execute", "explain", "sample"],
+)
+async def test_a_view_replaced_while_a_tenants_call_waits_is_refused(
+    tenants: Tenants, tool: str, args: dict[str, Any], warm: bool, pool_mode: str
+) -> None:
+    """Issue 19's check-then-lock race with SET ROLE in play: alice's call runs as tenant
+    role A, whose relation locks go out after set_config('role') in a round trip of their
+    own. The view's (trusted) owner replaces it, uncommitted, with one calling an untrusted
+    function; the call is seen waiting on the lock, the change commits: the call is refused,
+    and the function never ran (as the tenant, in the server's session)."""
+    t = tenants
+    tag = t.ta.rsplit("_", 1)[1]
+    owner, atk = f"a7_owner_{tag}", f"a7_atk_{tag}"
+    await execute(t.admin, RACE.format(owner=owner, atk=atk, login=t.login, ta=t.ta, tb=t.tb))
+    config = Settings.load(
+        database={"dsn": t.dsn, "pool_size": 1, "pool_mode": pool_mode},
+        server={"trusted_roles": [owner]},
+    )
+    changer = await asyncpg.connect(f"postgresql://{owner}@{t.admin.split('@', 1)[1]}")
+    try:
+        async with (
+            serving(config, Access(t.users())) as (base, _),
+            client_as(base, "alice-token") as a,
+        ):
+            if warm:
+                await call(a, tool, **args)
+            await changer.execute("BEGIN")
+            await changer.execute(REPLACE_VIEW)
+            attempt = asyncio.ensure_future(_any(a, tool, **args))
+            try:
+                await _lock_wait(t.admin, t.database)
+            finally:
+                await changer.execute("COMMIT")
+            body = await attempt
+        assert "PWNED" not in json.dumps(body), body
+        assert body["error"]["code"] == "WRITE_OPERATION_DENIED", body
+    finally:
+        await changer.close()
+        await execute(
+            t.admin,
+            f"DROP SCHEMA atk CASCADE; DROP OWNED BY {owner}, {atk}; "
+            f"DROP ROLE {owner}; DROP ROLE {atk}",
+        )
