@@ -212,7 +212,7 @@ END $f$;
 RESET ROLE;
 """
 
-PROBES = [
+PROBES: list[tuple[str, dict[str, Any]]] = [
     ("execute_query", {"sql": "SELECT * FROM app.moods"}),
     ("execute_query", {"sql": "SELECT 'ok'::app.mood AS m, '{ok}'::app.mood[] AS d"}),
     ("execute_query", {"sql": "SELECT id FROM app.moods WHERE m = 'ok'"}),
