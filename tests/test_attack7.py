@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx2 as httpx
 import pytest
 import pytest_asyncio
 from identitybed import SETUP, Tenants, client_as, names, serving
@@ -331,3 +333,42 @@ async def test_a_view_replaced_while_a_tenants_call_waits_is_refused(
             f"DROP SCHEMA atk CASCADE; DROP OWNED BY {owner}, {atk}; "
             f"DROP ROLE {owner}; DROP ROLE {atk}",
         )
+
+
+async def test_a_failing_introspection_endpoint_is_not_asked_again_at_once(
+    tenants: Tenants,
+) -> None:
+    """F4. Any caller, with any made-up opaque token, made the server POST to the
+    authorization server's introspection endpoint (with the server's client credentials),
+    each time, even while that endpoint failed: a flood of made-up tokens is a flood of
+    requests to the authorization server, each caller waiting on its timeout. After a failed
+    ask the server now answers 503 for a few seconds without asking (as for the JWKS)."""
+    from test_identity_oauth import Introspection, Jwks, access, config
+
+    from pg_mcp_server.identity.introspection import RETRY_S
+
+    refusing = Introspection()  # (it refuses these credentials: 401, a failed ask)
+    keys = Jwks()
+    try:
+        both = access(
+            tenants,
+            keys,
+            introspection_endpoint=refusing.url,
+            client_id="mcp-server",
+            client_secret="not-the-secret",
+        )
+        async with (
+            serving(config(tenants), both) as (base, _),
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            started = time.monotonic()
+            for i in range(3):
+                bearer = {"Authorization": f"Bearer made-up-{i}"}
+                reply = await http.post(base + "/mcp", json={}, headers=bearer)
+                assert reply.status_code == 503
+                assert f"made-up-{i}" not in reply.text
+            assert time.monotonic() - started < RETRY_S  # so the count says something:
+        assert refusing.asked == 1
+    finally:
+        refusing.close()
+        keys.close()
