@@ -372,3 +372,41 @@ async def test_a_failing_introspection_endpoint_is_not_asked_again_at_once(
     finally:
         refusing.close()
         keys.close()
+
+
+LEAKY = [
+    "SELECT id FROM app.notes WHERE (CASE WHEN body = 'beta' THEN 1 / (id - id) ELSE 1 END) = 1",
+    "SELECT id FROM app.notes WHERE body::int = 1 AND tenant = 'b'",
+    "SELECT id FROM app.notes WHERE tenant = 'b' AND body::int = 1",
+    "SELECT id FROM app.notes WHERE (SELECT 1 / (id - id) WHERE body = 'banana') IS NULL",
+    "SELECT id FROM app.notes n WHERE EXISTS (SELECT 1 WHERE n.body::int = 1)",
+]
+
+
+async def test_errors_echo_no_value_of_another_tenants_rows(tenants: Tenants) -> None:
+    """Held: a predicate that fails on a value (a division by zero, a failing cast that
+    echoes the text) is evaluated after the policy's filter (the policy is a security
+    barrier; neither is leakproof), so no error names or reveals tenant b's rows. (A
+    constant `1 / 0` fails at planning whatever the rows: the divisor here is a column's.)"""
+    t = tenants
+    said: list[str] = []
+    async with (
+        serving(settings(t), Access(t.users())) as (base, _),
+        client_as(base, "alice-token") as a,
+    ):
+        for sql in LEAKY:
+            for tool, args in (
+                ("execute_query", {"sql": sql}),
+                ("explain_query", {"sql": sql, "analyze": True}),
+            ):
+                said.append(json.dumps(await _any(a, tool, **args)))
+        for where in (
+            "body::int = 1",
+            "(CASE WHEN body = 'beta' THEN 1 / (id - id) ELSE 1 END) = 1",
+        ):
+            args = {"schema_name": "app", "table_name": "notes", "where_clause": where}
+            said.append(json.dumps(await _any(a, "get_sample_rows", **args)))
+    text = "\n".join(said)
+    for value in ("beta", "banana", "cherry"):
+        assert f'\\"{value}\\"' not in text and f'"{value}"' not in text, text
+    assert "division by zero" not in text, text
