@@ -151,14 +151,14 @@ async def _until_running(admin: str, marker: str) -> int:
     raise AssertionError("the slow statement never ran")
 
 
-@pytest.mark.xfail(strict=True, reason="attack7 F3: open, see security-review/attack7/REPORT.md")
 async def test_activity_shows_no_other_users_statements(tenants: Tenants) -> None:
-    """F3 (open). Every pooled session is the login role's, whatever role a call SETs: a
+    """F3. Every pooled session is the login role's, whatever role a call SETs: a
     user whose grant runs as the login role (carol; any user with settings but no role)
     sees every other user's statement in flight, literals included, in pg://stat/activity
     (and analyze_db_health's long-running check). A user with a role of its own (bob)
     sees none: PostgreSQL shows a session's query to roles with the privileges of its
-    session user only."""
+    session user only. Now the login role's sessions other than the caller's own show no
+    statement to an identified caller (rows.hides_statements_of)."""
     t = tenants
     config = Settings.load(database={"dsn": t.dsn, "pool_size": 3}, server={})
     async with (
@@ -178,6 +178,8 @@ async def test_activity_shows_no_other_users_statements(tenants: Tenants) -> Non
             await slow
     assert "alice-private-search" not in seen["bob"]
     assert "alice-private-search" not in seen["carol"], seen["carol"][:2000]
+    assert "another caller's statement" in seen["carol"]
+    assert "(reading pg://stat/activity)" in seen["carol"]  # its own is still shown
 
 
 PLANTED = """
