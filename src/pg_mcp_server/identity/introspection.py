@@ -5,7 +5,11 @@ issuer (`iss`, when it says), for this server (`aud` must name `audience`: an in
 answer without it is refused, as a token not bound to this server), not expired, with the
 required scopes. An active answer is kept for at most CACHE_S (never past the token's `exp`),
 by a hash of the token, so that a client's calls do not each cost a round trip to the
-authorization server; a revoked token is therefore refused at most CACHE_S later.
+authorization server; a revoked token is therefore refused at most CACHE_S later. Any caller,
+with any made-up token, makes the server ask: after a failed ask the server answers 503 for
+RETRY_S without asking again (as for an unreachable JWKS), so that an authorization server
+that is down or refusing is not hammered by a flood of tokens, with this server's own client
+credentials, nor each request kept waiting on its timeout (attack7 F4).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from mcp.server.auth.provider import AccessToken
 
 from pg_mcp_server.identity import OAuthSettings
 from pg_mcp_server.identity.oauth import (
+    JWKS_RETRY_S,
     LEEWAY_S,
     TokenRejected,
     bounded_json,
@@ -34,6 +39,7 @@ CACHE_S = 30.0
 CACHED = 1000  # tokens' answers kept at most
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 MAX_BYTES = 100_000
+RETRY_S = JWKS_RETRY_S  # after a failed ask, tokens are answered 503 this long without one
 
 
 class Introspector:
@@ -50,6 +56,7 @@ class Introspector:
         self.endpoint = settings.introspection_endpoint
         self._auth = (settings.client_id, settings.client_secret.get_secret_value())
         self._cache: OrderedDict[str, tuple[float, AccessToken]] = OrderedDict()
+        self._failed_at = -RETRY_S  # (monotonic) when an ask last failed
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The SDK's TokenVerifier protocol."""
@@ -105,6 +112,8 @@ class Introspector:
         )
 
     async def _ask(self, token: str) -> dict[str, Any]:
+        if time.monotonic() - self._failed_at < RETRY_S:
+            raise TokenRejected("the authorization server did not answer", 503, "")
         try:
             said = await bounded_json(
                 "POST",
@@ -117,6 +126,7 @@ class Introspector:
             if not isinstance(said, dict):
                 raise ValueError("not a JSON object")
         except (httpx.HTTPError, ValueError) as exc:
+            self._failed_at = time.monotonic()
             logger.warning(
                 "auth: token introspection failed: %s: %s", type(exc).__name__, str(exc)[:200]
             )

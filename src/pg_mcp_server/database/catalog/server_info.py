@@ -17,7 +17,12 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.rows import mask_query, mask_setting
+from pg_mcp_server.database.rows import (
+    OTHER_CALLER,
+    hides_statements_of,
+    mask_query,
+    mask_setting,
+)
 from pg_mcp_server.database.sql import statement
 
 # Settings an agent commonly needs (planner costs and memory, timeouts, locale, search path,
@@ -198,7 +203,10 @@ async def settings(conn: asyncpg.Connection, every: bool) -> dict[str, Any]:
 
 async def activity(conn: asyncpg.Connection) -> dict[str, Any]:
     document = await _document(conn, ACTIVITY)
+    hidden = hides_statements_of(conn)
     for session in document["sessions"]:  # a CREATE ROLE ... PASSWORD another session runs
+        if not session["this_session"] and session["query"] and hidden(session["user"]):
+            session["query"] = OTHER_CALLER
         session["query"] = mask_query(session["query"])
     states = Counter(
         s["state"] or "unknown"

@@ -9,6 +9,7 @@ masked, as pg://stat/activity shows it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -22,7 +23,7 @@ from pg_mcp_server.database.health.findings import (
     seconds,
     worst_first,
 )
-from pg_mcp_server.database.rows import mask_query
+from pg_mcp_server.database.rows import OTHER_CALLER, hides_statements_of, mask_query
 from pg_mcp_server.database.sql import statement
 
 QUERY_CHARS = 200
@@ -155,15 +156,20 @@ async def connections(conn: asyncpg.Connection, limit: int) -> Outcome:
     return Outcome("connections", findings, len(findings), note)
 
 
-def _session(r: asyncpg.Record) -> dict[str, Any]:
+def _session(r: asyncpg.Record, hidden: Callable[[str | None], bool]) -> dict[str, Any]:
     session = {"pid": r["pid"], "user": r["user"], "database": r["database"]}
     if r["application_name"]:
         session["application_name"] = r["application_name"]
     return session | {
         "state": r["state"],
         "transaction_seconds": seconds(r["transaction_seconds"]),
-        "query": mask_query(r["query"]),
+        "query": _statement(r["query"], r["user"], hidden),
     }
+
+
+def _statement(text: str | None, user: str | None, hidden: Callable[[str | None], bool]) -> Any:
+    """Another session's statement as shown (see rows.hides_statements_of, mask_query)."""
+    return OTHER_CALLER if text and hidden(user) else mask_query(text)
 
 
 async def idle_in_transaction(conn: asyncpg.Connection, limit: int) -> Outcome:
@@ -207,6 +213,7 @@ async def _sessions_check(
     or more: one finding each, its severity by how long (`thresholds`: warning, critical),
     and how many sessions this role cannot see."""
     rows = await conn.fetch(SESSIONS, limit, idle, since)
+    hidden = hides_statements_of(conn)
     column, shown = seconds_key
     warning, critical = thresholds
     findings = []
@@ -218,7 +225,7 @@ async def _sessions_check(
                 check,
                 severity,
                 f"pid {r['pid']}",
-                _session(r) | {shown: lasted},
+                _session(r, hidden) | {shown: lasted},
                 fix.format(pid=r["pid"]),
             )
         )
@@ -235,6 +242,7 @@ async def blocking_locks(conn: asyncpg.Connection, limit: int) -> Outcome:
     """One finding per root blocker (a session blocking others and waiting for none): the
     sessions it holds up, directly or through others, and how long the longest has waited."""
     rows = await conn.fetch(BLOCKING)
+    hidden = hides_statements_of(conn)
     by_pid = {r["pid"]: r for r in rows}
     blocked_by = {
         r["pid"]: list(decoded(r["blocked_by"])) for r in rows if r["blocked_by"] is not None
@@ -272,7 +280,7 @@ async def blocking_locks(conn: asyncpg.Connection, limit: int) -> Outcome:
                 "database": head["database"],
                 "state": head["state"],
                 "transaction_seconds": seconds(head["transaction_seconds"]),
-                "query": mask_query(head["query"]),
+                "query": _statement(head["query"], head["user"], hidden),
             }
         findings.append(
             Finding(

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
         scrubbed as scrubbed,
     )
     from pg_mcp_server.database.rows.redaction import (
+        OTHER_CALLER as OTHER_CALLER,
+        hides_statements_of as hides_statements_of,
         mask_query as mask_query,
         mask_setting as mask_setting,
     )
@@ -64,7 +66,7 @@ __getattr__ = face(
         "output": ["answer", "Budget"],
         "params": ["bind"],
         "reader": ["judge_hidden", "query_hash", "QueryResult", "Reader", "scrubbed", "Shapes"],
-        "redaction": ["mask_query", "mask_setting"],
+        "redaction": ["hides_statements_of", "mask_query", "mask_setting", "OTHER_CALLER"],
         "sampling": ["sample_rows"],
         "values": ["cut_marker", "cut_text", "from_driver", "type_name"],
     },

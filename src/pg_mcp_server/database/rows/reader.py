@@ -33,7 +33,12 @@ import asyncpg
 from pglast import ast
 
 from pg_mcp_server.database.guard import SqlGuard
-from pg_mcp_server.database.pool import Database, StatementChangedError, translate
+from pg_mcp_server.database.pool import (
+    Database,
+    StatementChangedError,
+    acting_role,
+    translate,
+)
 from pg_mcp_server.database.rows import lineage, redaction, rewrite, values
 from pg_mcp_server.database.rows.output import Budget, page_size
 from pg_mcp_server.database.rows.params import bind
@@ -129,28 +134,41 @@ class Shape:
 
 
 class Shapes:
-    """Shapes by SQL text, most recently used kept (one per server: sessions are alike)."""
+    """Shapes by SQL text, most recently used kept (one per server: sessions are alike),
+    and the redaction facts, each apart for every role a call runs as (a caller's grant,
+    SET LOCAL ROLE: pool.acting_role): the same text names another relation for another
+    role ("$user" on the search path), and what a role may read differs (attack7 F1)."""
 
     def __init__(self, size: int = SHAPES) -> None:
         self._size = size
-        self._items: OrderedDict[str, Shape] = OrderedDict()
-        self.facts = redaction.Facts()
+        self._items: OrderedDict[tuple[str | None, str], Shape] = OrderedDict()
+        self._facts: dict[str | None, redaction.Facts] = {}
+
+    @property
+    def facts(self) -> redaction.Facts:
+        """The redaction facts of the role the current block runs as."""
+        role = acting_role.get()
+        found = self._facts.get(role)
+        if found is None:
+            found = self._facts[role] = redaction.Facts()
+        return found
 
     def get(self, sql: str) -> Shape | None:
-        shape = self._items.get(sql)
+        key = (acting_role.get(), sql)
+        shape = self._items.get(key)
         if shape is not None:
-            self._items.move_to_end(sql)
+            self._items.move_to_end(key)
         return shape
 
     def put(self, sql: str, shape: Shape) -> None:
         if len(sql) > SHAPE_SQL_CHARS:
             return  # described again each time, rather than holding megabytes of trees
-        self._items[sql] = shape
+        self._items[(acting_role.get(), sql)] = shape
         if len(self._items) > self._size:
             self._items.popitem(last=False)
 
     def drop(self, sql: str) -> None:
-        self._items.pop(sql, None)
+        self._items.pop((acting_role.get(), sql), None)
 
 
 @dataclass

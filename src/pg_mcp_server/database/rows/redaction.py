@@ -19,6 +19,7 @@ values they quote (`scrub`), and settings shown by pg://settings have their pass
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,7 @@ import asyncpg
 
 from pg_mcp_server.database.rows.values import REDACTED
 from pg_mcp_server.database.sql import names, statement, tree as sqltree
+from pg_mcp_server.identity import current_identity
 
 # Catalog columns that hold credentials (a foreign server's or user mapping's options may
 # include `password`, a subscription's connection string too): always sensitive.
@@ -303,6 +305,22 @@ def mask_setting(name: str, value: str | None) -> str | None:
 # A password written in SQL: `PASSWORD 'x'` (CREATE/ALTER ROLE), `password 'x'` (user mapping
 # and server OPTIONS), `password='x'` (a dblink connection string literal's own quotes aside).
 _SQL_PASSWORD = re.compile(r"(password\s*=?\s*)'(?:[^']|'')*'", re.IGNORECASE)
+
+
+OTHER_CALLER = "<another caller's statement>"
+
+
+def hides_statements_of(conn: asyncpg.Connection) -> Callable[[str | None], bool]:
+    """Whether the statement text of another session, by its user, is hidden from the
+    current caller. With users (identity/), every pooled session is the login role's whatever
+    role a call SETs, so PostgreSQL shows a user whose grant runs as the login role every
+    other user's statements in flight (attack7 F3): the login role's sessions other than the
+    caller's own are hidden then (every other one, when the server did not report the
+    session's user, as behind some poolers). Without an identity nothing is hidden here."""
+    if current_identity.get() is None:
+        return lambda user: False
+    login = getattr(conn.get_settings(), "session_authorization", None)
+    return lambda user: login is None or user == login
 
 
 def mask_query(text: str | None) -> str | None:
