@@ -22,10 +22,10 @@ from pglast import ast, parse_sql
 
 from pg_mcp_server.database.explain.text import render
 from pg_mcp_server.database.guard import SqlGuard
-from pg_mcp_server.database.pool import Database
+from pg_mcp_server.database.pool import Database, transaction_of
 from pg_mcp_server.database.rows import Shapes, bind, judge_hidden, rewrite, scrubbed
 from pg_mcp_server.database.sql import statement, tree as sqltree
-from pg_mcp_server.errors import ParameterError
+from pg_mcp_server.errors import ParameterError, PermissionDeniedError
 
 LARGE_TABLE = 10_000  # rows: a sequential scan above this is worth a warning
 ESTIMATE_FACTOR = 10  # planned vs actual rows: off by this much is worth a warning
@@ -38,6 +38,42 @@ FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamesp
 WHERE c.relname = ANY($1::text[])
 """,
 )
+
+# The relations the guard locked for a statement whose rows row-level security filters for
+# the current role (see hidden_rows_refused).
+FILTERED = statement(
+    "explain.plans.FILTERED",
+    """
+SELECT c.oid::pg_catalog.regclass::pg_catalog.text AS name
+FROM pg_catalog.pg_class c
+WHERE c.oid = ANY ($1::pg_catalog.oid[]) AND pg_catalog.row_security_active(c.oid)
+ORDER BY 1
+""",
+)
+
+
+async def refuse_hidden_rows(conn: asyncpg.Connection, db: Database) -> None:
+    """For a caller identified as a user (identity/), refuse to plan a statement that reads a
+    table whose row-level security filters it (attack7 F2): a plan tells what the policy
+    hides, as `Rows Removed by Filter` under ANALYZE and as estimates drawn from statistics
+    over every tenant's rows without it. Without an identity (the server's own role, as
+    before) nothing is asked. Run after the guard's check, whose locks name the relations."""
+    if db.assumed() is None:
+        return
+    transaction = transaction_of(conn)
+    oids = sorted(transaction.locked) if transaction is not None else []
+    if not oids:
+        return
+    filtered = [r["name"] for r in await conn.fetch(FILTERED, oids)]
+    if filtered:
+        raise PermissionDeniedError(
+            "Plans are not shown for a statement that reads a table whose row-level security "
+            f"filters your rows ({', '.join(filtered[:5])}): a plan's row counts and estimates "
+            "describe rows the policy hides from you.",
+            suggestion="Run the query with execute_query (it returns only your rows), or ask "
+            "an operator for its plan.",
+            context={"rule": "row_security", "tables": filtered[:5]},
+        )
 
 
 @dataclass
@@ -147,6 +183,7 @@ async def explain(
             context={"buffers": buffers, "analyze": analyze},
         )
     sql = await guard.check(sql, conn)  # (names qualified where its path needs it)
+    await refuse_hidden_rows(conn, db)
     reads_sensitive = shapes is not None and await judge_hidden(
         conn, shapes, sql, sensitive, guard.state.relations.generation
     )

@@ -42,6 +42,7 @@ from typing import Any
 
 import asyncpg
 
+from pg_mcp_server.database.explain.plans import refuse_hidden_rows
 from pg_mcp_server.database.guard import SqlGuard, quote_ident
 from pg_mcp_server.database.health.advice import (
     Table,
@@ -233,6 +234,7 @@ async def _judge(
         # and execute_query run it), never as the caller typed it: where the two could read
         # a name apart (attack6), what is planned is what was judged.
         query.judged = rewrite.deparse(rewrite.parse(await guard.check(query.sql, conn)))
+        await refuse_hidden_rows(conn, db)  # (its costs would tell what a policy hides)
         reads_sensitive = shapes is not None and await judge_hidden(
             conn, shapes, query.judged, sensitive, guard.state.relations.generation
         )
