@@ -314,6 +314,17 @@ def test_the_banner_never_prints_a_password_from_the_environment(
             ["--dsn", "postgresql://reader@db.example.com/app"],
             ["--dsn", "postgresql://reader@db.example.com/app"],
         ),
+        (  # a client key's passphrase is a secret too
+            [
+                "--dsn",
+                "postgresql://reader@db.example.com/app?sslpassword=s3cr3t-pw&sslmode=verify-full",
+            ],
+            ["--dsn", "postgresql://reader@db.example.com/app?sslmode=verify-full"],
+        ),
+        (
+            ["--dsn", "host=db.example.com sslkey=/k.pem sslpassword=s3cr3t-pw"],
+            ["--dsn", "host=db.example.com sslkey=/k.pem"],
+        ),
     ],
 )
 def test_the_banner_shows_a_dsn_flag_without_its_password(

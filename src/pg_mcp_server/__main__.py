@@ -341,8 +341,12 @@ def banner(argv: Sequence[str]) -> str:
     )
 
 
+_HIDDEN_KEYS = frozenset({"password", "sslpassword"})  # a DSN's secrets (the key's passphrase)
+
+
 def _shown_dsn(dsn: str) -> str:
-    """`dsn` without its password, or `dsn` itself when it holds none."""
+    """`dsn` without its password (nor a client key's passphrase), or `dsn` itself when it
+    holds neither."""
     from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
     from pg_mcp_server.dsn import DsnError, parse_keywords
@@ -350,18 +354,20 @@ def _shown_dsn(dsn: str) -> str:
     try:
         if "://" not in dsn:  # libpq's key=value form
             pairs = parse_keywords(dsn.strip())
-            if "password" not in pairs:
+            if not _HIDDEN_KEYS & pairs.keys():
                 return dsn
-            return " ".join(f"{k}={_libpq_quoted(v)}" for k, v in pairs.items() if k != "password")
+            return " ".join(
+                f"{k}={_libpq_quoted(v)}" for k, v in pairs.items() if k not in _HIDDEN_KEYS
+            )
         parts = urlsplit(dsn.strip())
         query = parse_qsl(parts.query, keep_blank_values=True)
     except (DsnError, ValueError):
         return "(not shown)"  # unreadable, so possibly a password; start-up refuses it anyway
     auth, _, hosts = parts.netloc.rpartition("@")
-    if ":" not in auth and all(key != "password" for key, _ in query):
+    if ":" not in auth and all(key not in _HIDDEN_KEYS for key, _ in query):
         return dsn
     user = auth.partition(":")[0]
-    kept = urlencode([(k, v) for k, v in query if k != "password"], quote_via=quote)
+    kept = urlencode([(k, v) for k, v in query if k not in _HIDDEN_KEYS], quote_via=quote)
     return urlunsplit(parts._replace(netloc=f"{user}@{hosts}" if user else hosts, query=kept))
 
 
