@@ -450,12 +450,13 @@ async def test_health_names_the_database_that_is_down(tmp_path: Path, sales: str
         tmp_path,
         f"""
         databases:
-          - {{name: sales, default: true, dsn: "{sales}"}}
-          - {{name: gone, dsn: "{down}", connect_timeout: 1}}
+          - {{name: sales, default: true, dsn: "{sales}", pool_size: 2}}
+          - {{name: gone, dsn: "{down}", connect_timeout: 1, pool_size: 3}}
         """,
     )
     config = load(str(path))
     gateway = http_app(config.settings, [], config)
+    assert gateway.limit == 4 * (2 + 3)  # four requests per pooled connection, every pool's
     transport = httpx.ASGITransport(app=gateway)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         reply = await http.get("/health")

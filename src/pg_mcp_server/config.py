@@ -440,8 +440,9 @@ class ServerSettings(BaseSettings):
         default=0,
         ge=0,
         description=(
-            "HTTP requests served at once before new ones get 503 (0: four times PG_POOL_SIZE); "
-            "a request counts once its body is read, and subscriptions/listen streams not at all"
+            "HTTP requests served at once before new ones get 503 (0: four times PG_POOL_SIZE, "
+            "or the sum of several databases' pool sizes); a request counts once its body is "
+            "read, and subscriptions/listen streams not at all"
         ),
     )
     request_body_timeout: float = Field(

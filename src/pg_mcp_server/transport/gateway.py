@@ -111,7 +111,13 @@ class Gateway:
                 "(users: ... token:) instead"
             )
         self.max_bytes = srv.max_request_bytes
-        self.limit = srv.max_concurrent_requests or 4 * settings.database.pool_size
+        # Four requests per pooled connection: with several databases, every pool's.
+        pooled = (
+            sum(d.settings.pool_size for d in db.dbs.values())
+            if not isinstance(db, Database)
+            else settings.database.pool_size
+        )
+        self.limit = srv.max_concurrent_requests or 4 * pooled
         self.wait_s = settings.database.pool_timeout  # a request above the limit waits this long
         self.body_timeout = srv.request_body_timeout
         self.max_streams = srv.max_listen_streams
