@@ -15,6 +15,8 @@ import httpx2 as httpx
 import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcpclient import execute
+from pgbed import PgServer
 from serverproc import free_port
 
 from pg_mcp_server.config import Settings
@@ -97,6 +99,20 @@ class Tenants:
                 **extra.get("carol", {}),
             ),
         )
+
+
+@asynccontextmanager
+async def tenants_in(pg: PgServer, name: str) -> AsyncIterator[Tenants]:
+    """A database made with SETUP and roles of its own (roles are cluster-wide: unique names),
+    all dropped afterwards: what each test module's `tenants` fixture yields."""
+    db = await pg.create_database(name)
+    roles = names()
+    await execute(db.dsn, SETUP.format(**roles))
+    try:
+        yield Tenants(db.dsn, db.name, **roles)
+    finally:
+        await pg.drop_database(db.name)
+        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
 
 
 def names() -> dict[str, str]:

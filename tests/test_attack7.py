@@ -14,7 +14,7 @@ import asyncpg
 import httpx2 as httpx
 import pytest
 import pytest_asyncio
-from identitybed import SETUP, Tenants, client_as, names, serving
+from identitybed import Tenants, client_as, serving, tenants_in
 from mcp import Client
 from mcpclient import call, call_error, execute, fetch, records
 from pgbed import PgServer
@@ -25,14 +25,8 @@ from pg_mcp_server.identity.access import Access
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def tenants(pg: PgServer) -> AsyncIterator[Tenants]:
-    db = await pg.create_database("attack7")
-    roles = names()
-    await execute(db.dsn, SETUP.format(**roles))
-    try:
-        yield Tenants(db.dsn, db.name, **roles)
-    finally:
-        await pg.drop_database(db.name)
-        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
+    async with tenants_in(pg, "attack7") as made:
+        yield made
 
 
 def settings(tenants: Tenants, **server: Any) -> Settings:

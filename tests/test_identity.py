@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 from customdefs import write
 from eventually import eventually
-from identitybed import SETUP, Tenants, client_as, names, serving
+from identitybed import Tenants, client_as, serving, tenants_in
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcpclient import call, call_error, execute, records
@@ -46,14 +46,8 @@ MINE = (
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def tenants(pg: PgServer) -> AsyncIterator[Tenants]:
-    db = await pg.create_database("identity")
-    roles = names()
-    await execute(db.dsn, SETUP.format(**roles))
-    try:
-        yield Tenants(db.dsn, db.name, **roles)
-    finally:
-        await pg.drop_database(db.name)
-        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
+    async with tenants_in(pg, "identity") as made:
+        yield made
 
 
 def settings(tenants: Tenants, tmp: Path | None = None, **server: Any) -> Settings:

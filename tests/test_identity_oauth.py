@@ -22,8 +22,8 @@ import pytest
 import pytest_asyncio
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from identitybed import SETUP, Tenants, client_as, names, serving
-from mcpclient import call, execute, records
+from identitybed import Tenants, client_as, serving, tenants_in
+from mcpclient import call, records
 from pgbed import PgServer
 
 from pg_mcp_server.config import Settings
@@ -78,14 +78,8 @@ def jwks() -> Iterator[Jwks]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def tenants(pg: PgServer) -> AsyncIterator[Tenants]:
-    db = await pg.create_database("oauth")
-    roles = names()
-    await execute(db.dsn, SETUP.format(**roles))
-    try:
-        yield Tenants(db.dsn, db.name, **roles)
-    finally:
-        await pg.drop_database(db.name)
-        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
+    async with tenants_in(pg, "oauth") as made:
+        yield made
 
 
 def token(key: Any = KEY, alg: str = "RS256", kid: str | None = "k1", **claims: Any) -> str:

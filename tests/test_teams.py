@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest_asyncio
-from identitybed import SETUP, Tenants, as_role, client_as, names, serving
+from identitybed import Tenants, as_role, client_as, serving, tenants_in
 from mcpclient import call, call_error, execute, records
 from pgbed import PgServer
 
@@ -21,14 +21,8 @@ MINE = "SELECT id FROM app.notes ORDER BY id"
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def tenants(pg: PgServer) -> AsyncIterator[Tenants]:
-    db = await pg.create_database("teams")
-    roles = names()
-    await execute(db.dsn, SETUP.format(**roles))
-    try:
-        yield Tenants(db.dsn, db.name, **roles)
-    finally:
-        await pg.drop_database(db.name)
-        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
+    async with tenants_in(pg, "teams") as made:
+        yield made
 
 
 @pytest_asyncio.fixture(loop_scope="session")
