@@ -5,7 +5,8 @@ configuration file's errors; the audit line."""
 from __future__ import annotations
 
 import logging
-import socket
+import subprocess
+import sys
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from mcp import Client
 from mcp_types import ResourceTemplateReference
 from mcpclient import call, call_error, execute, module_database
 from pgbed import PgServer
+from serverproc import clean_env, free_port
 
 from pg_mcp_server.configfile import ConfigFileError, ServerConfig, load
 from pg_mcp_server.server import build_server
@@ -63,11 +65,16 @@ async def staff(pg: PgServer) -> AsyncIterator[str]:
         yield dsn
 
 
-def unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+def start_with(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command with `--config path`, run to its end (one that refuses to start)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pg_mcp_server", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=cwd,
+        timeout=60,
+    )
 
 
 def write_config(directory: Path, text: str, extra: str = "") -> Path:
@@ -174,7 +181,7 @@ async def test_database_argument_errors(tmp_path: Path, sales: str, staff: str) 
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_a_database_that_is_down_stops_nothing(tmp_path: Path, sales: str) -> None:
-    down = f"postgresql://nobody:not-a-secret@127.0.0.1:{unused_port()}/gone"
+    down = f"postgresql://nobody:not-a-secret@127.0.0.1:{free_port()}/gone"
     path = write_config(
         tmp_path,
         f"""
@@ -376,20 +383,9 @@ def test_file_settings_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_bad_file_stops_the_start_with_exit_code_2(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from serverproc import clean_env
 
     path = write_config(tmp_path, "databases:\n  - {name: a, dsn: '${NOPE_DSN_X}'}\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pg_mcp_server", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=tmp_path,
-        timeout=60,
-    )
+    proc = start_with(path, tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
     line = f"invalid configuration: {path}: databases[0].dsn: environment variable NOPE_DSN_X"
@@ -399,9 +395,9 @@ def test_a_bad_file_stops_the_start_with_exit_code_2(tmp_path: Path) -> None:
 def test_the_process_starts_with_one_database_down(tmp_path: Path, sales: str) -> None:
     """The command as users run it: the down database is logged, the start goes on, the
     other serves, and the audit line (users: in the file) is on stderr without values."""
-    from serverproc import Server, clean_env, uv_run
+    from serverproc import Server, uv_run
 
-    down = f"postgresql://nobody@127.0.0.1:{unused_port()}/gone"
+    down = f"postgresql://nobody@127.0.0.1:{free_port()}/gone"
     path = write_config(
         tmp_path,
         f"""
@@ -445,7 +441,7 @@ async def test_health_names_the_database_that_is_down(tmp_path: Path, sales: str
 
     from pg_mcp_server.transport.gateway import http_app
 
-    down = f"postgresql://nobody@127.0.0.1:{unused_port()}/gone"
+    down = f"postgresql://nobody@127.0.0.1:{free_port()}/gone"
     path = write_config(
         tmp_path,
         f"""
@@ -539,10 +535,6 @@ def test_a_database_may_not_be_named_like_a_builtin_uri(tmp_path: Path) -> None:
 
 
 def test_two_files_defining_one_tool_stop_the_start(tmp_path: Path, sales: str, staff: str) -> None:
-    import subprocess
-    import sys
-
-    from serverproc import clean_env
 
     (tmp_path / "a.yaml").write_text(textwrap.dedent(STAFF_TOOLS))
     (tmp_path / "b.yaml").write_text(textwrap.dedent(STAFF_TOOLS))
@@ -554,14 +546,7 @@ def test_two_files_defining_one_tool_stop_the_start(tmp_path: Path, sales: str, 
           - {{name: two, dsn: "{staff}", custom_definitions: b.yaml}}
         """,
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "pg_mcp_server", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=tmp_path,
-        timeout=60,
-    )
+    proc = start_with(path, tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert "tool staff_names is defined for databases one and two" in proc.stderr
 
@@ -605,11 +590,9 @@ async def test_each_database_reloads_its_own_file(tmp_path: Path, sales: str, st
 async def test_over_http_with_two_workers(tmp_path: Path, sales: str, staff: str) -> None:
     """The command over HTTP, its workers started from the configuration (pickled to each
     spawned process): both databases answer, /health is 200 when both do."""
-    import subprocess
-
     import httpx2 as httpx
     from eventually import wait_for
-    from serverproc import EXECUTABLE, clean_env, free_port, http_answers
+    from serverproc import EXECUTABLE, http_answers
 
     port = free_port()
     path = two(tmp_path, sales, staff)
