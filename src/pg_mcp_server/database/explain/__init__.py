@@ -15,11 +15,12 @@ from pg_mcp_server.database import face
 if TYPE_CHECKING:
     from pg_mcp_server.database.explain.plans import (
         explain as explain,
+        refuse_hidden_rows as refuse_hidden_rows,
     )
 
 __getattr__ = face(
     __name__,
     {
-        "plans": ["explain"],
+        "plans": ["explain", "refuse_hidden_rows"],
     },
 )

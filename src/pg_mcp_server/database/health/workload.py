@@ -42,7 +42,7 @@ from typing import Any
 
 import asyncpg
 
-from pg_mcp_server.database.explain.plans import refuse_hidden_rows
+from pg_mcp_server.database.explain import refuse_hidden_rows
 from pg_mcp_server.database.guard import SqlGuard, quote_ident
 from pg_mcp_server.database.health.advice import (
     Table,
