@@ -1,0 +1,243 @@
+"""attack8: several databases combined with users (issue 24), attacked. A user whose grant
+names one database tries to reach, or learn the name of, another through every route the
+server has (the `database` argument, resource URIs, read_resource, prompts, completions,
+custom tools, /health), and the audit line is fed hostile names. Each finding is a test that
+failed before its fix (or a strict xfail when open); see security-review/attack8/REPORT.md."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import PromptReference, ResourceTemplateReference
+from mcpclient import call, call_error, module_database
+from pgbed import PgServer
+
+from pg_mcp_server.configfile import load
+from pg_mcp_server.identity import Grant, Identity, UserEntry, current_identity
+from pg_mcp_server.server import build_server
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SECRET = """
+CREATE TABLE public.ledger (id int PRIMARY KEY, amount numeric NOT NULL);
+INSERT INTO public.ledger VALUES (1, 1000000), (2, 2000000);
+"""
+OPEN = """
+CREATE TABLE public.people (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO public.people VALUES (1, 'dee'), (2, 'eve');
+"""
+# The hidden database's own definitions: their names may be guessed or known, their
+# content and their database's name must not come out.
+SECRET_DEFS = """
+tools:
+  - name: vault_total
+    description: The ledger's total.
+    type: sql
+    input_schema: {type: object, properties: {}}
+    sql: SELECT sum(amount) AS total FROM public.ledger
+resources:
+  - uri: custom://vault
+    name: Vault
+    type: sql
+    sql: SELECT sum(amount) AS total FROM public.ledger
+prompts:
+  - name: vault-plan
+    description: The plan
+    messages:
+      - role: user
+        content: {type: text, text: "the vault plan is WATERMELON"}
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def secret(pg: PgServer) -> AsyncIterator[str]:
+    async with module_database(pg, "vaultdb", SECRET) as dsn:
+        yield dsn
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def opened(pg: PgServer) -> AsyncIterator[str]:
+    async with module_database(pg, "opendb", OPEN) as dsn:
+        yield dsn
+
+
+def config_file(tmp_path: Path, secret: str, opened: str, extra: str = "") -> Path:
+    """`vault` (first, the default) holds the secret; `people` is the one ann may use."""
+    (tmp_path / "vault.yaml").write_text(textwrap.dedent(SECRET_DEFS))
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            databases:
+              - name: vault
+                default: true
+                dsn: "{secret}"
+                custom_definitions: vault.yaml
+              - name: people
+                dsn: "{opened}"
+            """
+        )
+        + textwrap.dedent(extra)
+    )
+    return path
+
+
+ANN = Identity(UserEntry(name="ann", databases={"people": Grant()}))
+
+
+@asynccontextmanager
+async def served_as(path: Path, identity: Identity | None = ANN) -> AsyncIterator[Client]:
+    """The server in process, its session run as `identity` (as the gateway sets it)."""
+    config = load(str(path))
+    token = current_identity.set(identity)
+    try:
+        async with Client(build_server(config.settings, config=config)) as client:
+            yield client
+    finally:
+        current_identity.reset(token)
+
+
+def said(error: Any) -> str:
+    """Everything an error tells, as text."""
+    return json.dumps(error, default=str)
+
+
+def hidden_named(text: str) -> bool:
+    """Whether `text` names the hidden database (as configured: `vault`, so that a caller's
+    own `VAULT` echoed back does not count) or shows its secrets."""
+    return "vault" in text or "WATERMELON" in text or "2000000" in text
+
+
+async def failed_read(client: Client, uri: str) -> str:
+    with pytest.raises(MCPError) as caught:
+        await client.read_resource(uri)
+    return said(caught.value.error.model_dump())
+
+
+# --- 1. a database ann has no grant for: names must not come out
+
+
+async def test_the_hidden_databases_custom_tool_answers_as_an_unknown_tool(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        assert "vault_total" not in {t.name for t in (await client.list_tools()).tools}
+        hidden = await client.call_tool("vault_total", {})
+        unknown = await client.call_tool("no_such_tool", {})
+        assert hidden.is_error and unknown.is_error
+        text = said(hidden.model_dump())
+        assert not hidden_named(text.replace("vault_total", "")), text
+        assert text.replace("vault_total", "no_such_tool") == said(unknown.model_dump())
+
+
+async def test_a_hidden_databases_uri_answers_as_an_unknown_databases(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        for inner in ("system_info", "schemas", "schemas/public/tables/ledger"):
+            hidden = await failed_read(client, f"pg://vault/{inner}")
+            unknown = await failed_read(client, f"pg://nope1/{inner}")
+            assert hidden.replace("vault", "nope1") == unknown
+        # nothing names the hidden database, not even an example in a suggestion
+        for uri in ("pg://system_info", "pg://x", "custom://none", "pg://VAULT/system_info"):
+            text = await failed_read(client, uri)
+            assert not hidden_named(text.replace(uri, "")), (uri, text)
+        # the same through the read_resource tool
+        hidden_tool = await call_error(client, "read_resource", uri="pg://vault/system_info")
+        unknown_tool = await call_error(client, "read_resource", uri="pg://nope1/system_info")
+        assert said(hidden_tool).replace("vault", "nope1") == said(unknown_tool)
+        no_db = await call_error(client, "read_resource", uri="pg://system_info")
+        assert not hidden_named(said(no_db)), no_db
+
+
+async def test_the_hidden_databases_custom_resource_is_not_read_nor_named(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        hidden = await failed_read(client, "custom://vault")
+        unknown = await failed_read(client, "custom://nothing")
+        assert not hidden_named(hidden.replace("custom://vault", "")), hidden
+        assert hidden.replace("custom://vault", "custom://nothing") == unknown
+        got = await call_error(client, "read_resource", uri="custom://vault", database="people")
+        assert not hidden_named(said(got).replace("custom://vault", "")), got
+
+
+async def test_the_hidden_databases_prompt_is_neither_served_nor_named(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        assert "vault-plan" not in {p.name for p in (await client.list_prompts()).prompts}
+        for arguments in ({}, {"database": "people"}):
+            with pytest.raises(MCPError) as hidden:
+                await client.get_prompt("vault-plan", arguments)
+            text = said(hidden.value.error.model_dump())
+            assert not hidden_named(text.replace("vault-plan", "")), (arguments, text)
+            with pytest.raises(MCPError) as unknown:
+                await client.get_prompt("no-such-prompt", arguments)
+            assert text.replace("vault-plan", "no-such-prompt") == said(
+                unknown.value.error.model_dump()
+            )
+    # whoever may use vault still has its prompt (listed once, as its file gives it)
+    async with served_as(config_file(tmp_path, secret, opened), None) as client:
+        listed = [p for p in (await client.list_prompts()).prompts if p.name == "vault-plan"]
+        assert len(listed) == 1 and not listed[0].arguments
+        got = await client.get_prompt("vault-plan", {})
+        assert "WATERMELON" in str(got.messages)
+
+
+async def test_completions_name_no_hidden_database(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        ref = PromptReference(type="ref/prompt", name="analyze-table")
+        done = await client.complete(ref, {"name": "database", "value": ""}, {})
+        assert done.completion.values == ["people"]
+        with pytest.raises(MCPError) as caught:
+            await client.complete(ref, {"name": "table", "value": ""}, {"database": "vault"})
+        hidden = said(caught.value.error.model_dump())
+        with pytest.raises(MCPError) as caught:
+            await client.complete(ref, {"name": "table", "value": ""}, {"database": "nope1"})
+        assert hidden.replace("vault", "nope1") == said(caught.value.error.model_dump())
+        template = "pg://vault/schemas/{schema}/tables"
+        with pytest.raises(MCPError) as caught:
+            await client.complete(
+                ResourceTemplateReference(type="ref/resource", uri=template),
+                {"name": "schema", "value": ""},
+                {},
+            )
+        hidden = said(caught.value.error.model_dump())
+        with pytest.raises(MCPError) as caught:
+            await client.complete(
+                ResourceTemplateReference(
+                    type="ref/resource", uri=template.replace("vault", "nope1")
+                ),
+                {"name": "schema", "value": ""},
+                {},
+            )
+        assert hidden.replace("vault", "nope1") == said(caught.value.error.model_dump())
+
+
+async def test_the_database_argument_names_no_hidden_database(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert tools["execute_query"].input_schema["properties"]["database"]["enum"] == ["people"]
+        for given in ("vault", "VAULT", "vaul", "vault ", "v%61ult", "*"):
+            got = await call_error(client, "execute_query", sql="SELECT 1", database=given)
+            assert got["error"]["code"] == "PARAMETER_ERROR"
+            assert not hidden_named(said(got).replace(repr(given)[1:-1], "")), (given, got)
+        # no database named: vault is the default, but not ann's
+        got = await call_error(client, "execute_query", sql="SELECT 1")
+        assert not hidden_named(said(got)), got
+        listed = await call(client, "list_databases")
+        assert [d["name"] for d in listed["databases"]] == ["people"]
