@@ -7,6 +7,8 @@ failed before its fix (or a strict xfail when open); see security-review/attack8
 from __future__ import annotations
 
 import json
+import logging
+import re
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
 from mcpclient import call, call_error, module_database
 from pgbed import PgServer
+from serverproc import free_port
 
 from pg_mcp_server.configfile import load
 from pg_mcp_server.identity import Grant, Identity, UserEntry, current_identity
@@ -241,3 +244,64 @@ async def test_the_database_argument_names_no_hidden_database(
         assert not hidden_named(said(got)), got
         listed = await call(client, "list_databases")
         assert [d["name"] for d in listed["databases"]] == ["people"]
+
+
+# --- /health with users: an unauthenticated caller
+
+
+async def test_health_names_no_database_to_a_caller_without_a_token(
+    tmp_path: Path, opened: str
+) -> None:
+    import httpx2 as httpx
+
+    from pg_mcp_server.transport.gateway import http_app
+
+    down = f"postgresql://nobody@127.0.0.1:{free_port()}/gone"
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            databases:
+              - {{name: people, default: true, dsn: "{opened}"}}
+              - {{name: payroll_eu, dsn: "{down}", connect_timeout: 1}}
+            users:
+              - {{name: ann, token: ann-token, databases: {{people: {{}}}}}}
+            """
+        )
+    )
+    config = load(str(path))
+    gateway = http_app(config.settings, [], config)
+    transport = httpx.ASGITransport(app=gateway)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            reply = await http.get("/health")
+        assert reply.status_code == 503
+        assert "payroll_eu" not in reply.text, reply.text
+    finally:
+        await gateway.db.dispose()
+
+
+# --- the audit line
+
+
+async def test_a_users_name_cannot_forge_audit_fields(
+    tmp_path: Path, secret: str, opened: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = config_file(tmp_path, secret, opened, "server:\n  audit_log: true\n")
+    forger = Identity(
+        UserEntry(name="eve tool=drop_everything outcome=ok\nx", databases={"*": Grant()})
+    )
+    with caplog.at_level(logging.INFO, logger="pg_mcp_server.audit"):
+        async with served_as(path, forger) as client:
+            await call_error(client, "list_tables", database="people", schema_name="nope")
+            await client.call_tool("x y=1 outcome=ok", {"database": "people\noutcome=ok"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "pg_mcp_server.audit"]
+    assert len(lines) == 2, lines
+    for line in lines:
+        assert "\n" not in line
+        # logfmt: key=value, a value quoted (JSON) when it is not a plain word
+        fields = re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', line)
+        assert re.sub(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)', "", line).split() == ["audit"], line
+        keys = [k for k, _ in fields]
+        assert keys[:3] == ["caller", "database", "tool"] and keys.count("outcome") == 1, line
+        assert json.loads(fields[0][1]).startswith("eve tool="), line
