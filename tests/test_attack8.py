@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import secrets
 import textwrap
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,10 +18,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from identitybed import SETUP, Tenants, as_role, names
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
-from mcpclient import call, call_error, module_database
+from mcpclient import call, call_error, execute, module_database, records
 from pgbed import PgServer
 from serverproc import free_port
 
@@ -305,3 +307,127 @@ async def test_a_users_name_cannot_forge_audit_fields(
         keys = [k for k, _ in fields]
         assert keys[:3] == ["caller", "database", "tool"] and keys.count("outcome") == 1, line
         assert json.loads(fields[0][1]).startswith("eve tool="), line
+
+
+# --- 2. each database's grant on that database's pool, whatever route the call takes
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def tenants(pg: PgServer) -> AsyncIterator[Tenants]:
+    db = await pg.create_database("atk8_notes")
+    roles = names()
+    await execute(db.dsn, SETUP.format(**roles))
+    try:
+        yield Tenants(db.dsn, db.name, **roles)
+    finally:
+        await pg.drop_database(db.name)
+        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def shop(pg: PgServer, tenants: Tenants) -> AsyncIterator[str]:
+    db = await pg.create_database("atk8_shop")
+    await execute(
+        db.dsn,
+        "CREATE TABLE public.products (id int PRIMARY KEY, name text NOT NULL);"
+        "INSERT INTO public.products VALUES (1, 'lamp');"
+        f"GRANT SELECT ON public.products TO {tenants.login}, {tenants.tb};",
+    )
+    try:
+        yield as_role(db.dsn, tenants.login)
+    finally:
+        await pg.drop_database(db.name)
+
+
+WHO = "SELECT current_user AS r, current_setting('app.tenant_id', true) AS t"
+SHOP_DEFS = f"""
+tools:
+  - name: shop_who
+    description: Who runs here.
+    type: sql
+    input_schema: {{type: object, properties: {{}}}}
+    sql: "{WHO}"
+resources:
+  - uri: custom://shop-who
+    name: Who
+    type: sql
+    sql: "{WHO}"
+"""
+
+
+async def test_each_route_runs_with_its_own_databases_grant(
+    tmp_path: Path, tenants: Tenants, shop: str
+) -> None:
+    (tmp_path / "shop.yaml").write_text(textwrap.dedent(SHOP_DEFS))
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            databases:
+              - {{name: notes, default: true, dsn: "{tenants.dsn}"}}
+              - {{name: shop, dsn: "{shop}", custom_definitions: shop.yaml}}
+            """
+        )
+    )
+    dana = Identity(
+        UserEntry(
+            name="dana",
+            databases={
+                "notes": Grant(role=tenants.ta, settings={"app.tenant_id": "a"}),
+                "*": Grant(role=tenants.tb, settings={"app.tenant_id": "b"}),
+            },
+        )
+    )
+    async with served_as(path, dana) as client:
+        notes = records(await call(client, "execute_query", sql=WHO))
+        assert notes == [{"r": tenants.ta, "t": "a"}]
+        shop_rows = records(await call(client, "execute_query", sql=WHO, database="shop"))
+        assert shop_rows == [{"r": tenants.tb, "t": "b"}]
+        # shop's custom tool, its resource and its URIs while the call names notes
+        got = await call(client, "shop_who")
+        assert [tenants.tb, "b"] == got["rows"][0], got
+        read = await call(client, "read_resource", uri="custom://shop-who")
+        assert tenants.tb in json.dumps(read) and f'"{tenants.ta}"' not in json.dumps(read)
+        # named with the other database: that one's (it has no such resource), never shop's
+        # resource with notes's grant
+        other = await call_error(client, "read_resource", uri="custom://shop-who", database="notes")
+        assert other["error"]["code"] == "PARAMETER_ERROR"
+        listed = await call(
+            client, "read_resource", uri="pg://shop/schemas/public/tables", database="notes"
+        )
+        assert "products" in json.dumps(listed)
+        # notes's rows as tenant a, whatever ran on shop before
+        mine = records(await call(client, "execute_query", sql="SELECT id FROM app.notes"))
+        assert sorted(r["id"] for r in mine) == [1, 2]
+
+
+async def test_a_databases_allow_privileged_role_is_that_databases_only(
+    tmp_path: Path, pg: PgServer, tenants: Tenants, shop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MCP_ALLOW_PRIVILEGED_ROLE", "false")  # (the suite's own is true)
+    su = f"atk8_su_{secrets.token_hex(3)}"
+    await execute(
+        pg.admin_dsn, f"CREATE ROLE {su} NOLOGIN SUPERUSER; GRANT {su} TO {tenants.login};"
+    )
+    try:
+        path = tmp_path / "pg-mcp.yaml"
+        path.write_text(
+            textwrap.dedent(
+                f"""
+                databases:
+                  - {{name: notes, default: true, dsn: "{tenants.dsn}",
+                      allow_privileged_role: true}}
+                  - {{name: shop, dsn: "{shop}"}}
+                """
+            )
+        )
+        root = Identity(UserEntry(name="root", databases={"*": Grant(role=su)}))
+        async with served_as(path, root) as client:
+            sql = "SELECT current_user AS r"
+            assert records(await call(client, "execute_query", sql=sql)) == [{"r": su}]
+            refused = await call_error(client, "execute_query", sql=sql, database="shop")
+            assert refused["error"]["code"] == "PERMISSION_DENIED", refused
+            refused = await call_error(client, "list_tables", database="shop")
+            assert refused["error"]["code"] == "PERMISSION_DENIED", refused
+    finally:
+        await execute(pg.admin_dsn, f"DROP ROLE IF EXISTS {su};")

@@ -363,6 +363,12 @@ class Databases:
             elif chosen is None and name == "execute_query" and given.get("cursor"):
                 # a page of a held result: the store is every database's
                 target = self.resolve(_any(allowed(self.names)))
+            elif (
+                name == "read_resource"
+                and chosen is None
+                and (held := self._owner_of(str(given.get("uri")))) is not None
+            ):
+                target = self.resolve(held)  # a custom resource's URI, as resources/read
             elif name == "read_resource" and str(given.get("uri")).startswith(SHARED):
                 target = self.resolve(chosen or _any(allowed(self.names)))
             else:
