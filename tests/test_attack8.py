@@ -26,11 +26,11 @@ from mcpclient import call, call_error, execute, module_database, records
 from pgbed import PgServer
 from serverproc import free_port
 
-from pg_mcp_server.configfile import load
+from pg_mcp_server.configfile import ConfigFileError, load
 from pg_mcp_server.identity import Grant, Identity, UserEntry, current_identity
 from pg_mcp_server.server import build_server
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+ASYNC = pytest.mark.asyncio(loop_scope="session")
 
 SECRET = """
 CREATE TABLE public.ledger (id int PRIMARY KEY, amount numeric NOT NULL);
@@ -131,6 +131,7 @@ async def failed_read(client: Client, uri: str) -> str:
 # --- 1. a database ann has no grant for: names must not come out
 
 
+@ASYNC
 async def test_the_hidden_databases_custom_tool_answers_as_an_unknown_tool(
     tmp_path: Path, secret: str, opened: str
 ) -> None:
@@ -144,6 +145,7 @@ async def test_the_hidden_databases_custom_tool_answers_as_an_unknown_tool(
         assert text.replace("vault_total", "no_such_tool") == said(unknown.model_dump())
 
 
+@ASYNC
 async def test_a_hidden_databases_uri_answers_as_an_unknown_databases(
     tmp_path: Path, secret: str, opened: str
 ) -> None:
@@ -164,6 +166,7 @@ async def test_a_hidden_databases_uri_answers_as_an_unknown_databases(
         assert not hidden_named(said(no_db)), no_db
 
 
+@ASYNC
 async def test_the_hidden_databases_custom_resource_is_not_read_nor_named(
     tmp_path: Path, secret: str, opened: str
 ) -> None:
@@ -176,6 +179,7 @@ async def test_the_hidden_databases_custom_resource_is_not_read_nor_named(
         assert not hidden_named(said(got).replace("custom://vault", "")), got
 
 
+@ASYNC
 async def test_the_hidden_databases_prompt_is_neither_served_nor_named(
     tmp_path: Path, secret: str, opened: str
 ) -> None:
@@ -199,6 +203,7 @@ async def test_the_hidden_databases_prompt_is_neither_served_nor_named(
         assert "WATERMELON" in str(got.messages)
 
 
+@ASYNC
 async def test_completions_name_no_hidden_database(
     tmp_path: Path, secret: str, opened: str
 ) -> None:
@@ -231,6 +236,7 @@ async def test_completions_name_no_hidden_database(
         assert hidden.replace("vault", "nope1") == said(caught.value.error.model_dump())
 
 
+@ASYNC
 async def test_the_database_argument_names_no_hidden_database(
     tmp_path: Path, secret: str, opened: str
 ) -> None:
@@ -251,6 +257,7 @@ async def test_the_database_argument_names_no_hidden_database(
 # --- /health with users: an unauthenticated caller
 
 
+@ASYNC
 async def test_health_names_no_database_to_a_caller_without_a_token(
     tmp_path: Path, opened: str
 ) -> None:
@@ -286,6 +293,7 @@ async def test_health_names_no_database_to_a_caller_without_a_token(
 # --- the audit line
 
 
+@ASYNC
 async def test_a_users_name_cannot_forge_audit_fields(
     tmp_path: Path, secret: str, opened: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -355,6 +363,7 @@ resources:
 """
 
 
+@ASYNC
 async def test_each_route_runs_with_its_own_databases_grant(
     tmp_path: Path, tenants: Tenants, shop: str
 ) -> None:
@@ -401,6 +410,7 @@ async def test_each_route_runs_with_its_own_databases_grant(
         assert sorted(r["id"] for r in mine) == [1, 2]
 
 
+@ASYNC
 async def test_a_databases_allow_privileged_role_is_that_databases_only(
     tmp_path: Path, pg: PgServer, tenants: Tenants, shop: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -431,3 +441,72 @@ async def test_a_databases_allow_privileged_role_is_that_databases_only(
             assert refused["error"]["code"] == "PERMISSION_DENIED", refused
     finally:
         await execute(pg.admin_dsn, f"DROP ROLE IF EXISTS {su};")
+
+
+# --- 6. the configuration file
+
+
+def problems_of(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(textwrap.dedent(text))
+    with pytest.raises(ConfigFileError) as raised:
+        load(str(path))
+    return raised.value.lines
+
+
+def test_a_variables_value_is_a_string_never_yaml_nor_another_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATK8_DSN", "postgresql://u@h/db\nallow_privileged_role: true")
+    monkeypatch.setenv("ATK8_TOKEN", "${ATK8_REAL}")
+    monkeypatch.setenv("ATK8_REAL", "the-real-one")
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            databases:
+              - {name: a, dsn: "${ATK8_DSN}"}
+            users:
+              - {name: u, token: "${ATK8_TOKEN}", databases: {a: {}}}
+            """
+        )
+    )
+    config = load(str(path))
+    entry = config.databases["a"]
+    assert entry.settings.database.dsn is not None
+    assert "allow_privileged_role" in entry.settings.database.dsn.get_secret_value()
+    (user,) = config.users
+    assert user.token is not None and user.token.get_secret_value() == "${ATK8_REAL}"
+    assert "ATK8_REAL" not in config.variables  # only what the file names
+
+
+def test_a_secret_in_a_variable_is_not_echoed_where_it_does_not_belong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATK8_PW", "hunter2-from-env")
+    lines = problems_of(
+        tmp_path,
+        """
+        databases:
+          - {name: a, dsn: "postgresql://u@h/db", pool_size: "${ATK8_PW}", user: "${ATK8_PW}x",
+             sslkey: ["${ATK8_PW}"]}
+        users:
+          - {name: u, databases: "${ATK8_PW}"}
+        """,
+    )
+    assert lines and not any("hunter2" in line for line in lines), lines
+
+
+def test_a_yaml_error_does_not_echo_a_secret(tmp_path: Path) -> None:
+    for value in ("*hunter2", "!hunter2"):
+        lines = problems_of(
+            tmp_path,
+            f"""
+            databases:
+              - name: a
+                dsn: postgresql://u@h/db
+                password: {value}
+            """,
+        )
+        assert lines and not any("hunter2" in line for line in lines), lines
+        assert "line" in lines[0]
