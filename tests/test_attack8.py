@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from identitybed import SETUP, Tenants, as_role, names
+from identitybed import SETUP, Tenants, as_role, client_as, names, serving
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
@@ -510,3 +510,80 @@ def test_a_yaml_error_does_not_echo_a_secret(tmp_path: Path) -> None:
         )
         assert lines and not any("hunter2" in line for line in lines), lines
         assert "line" in lines[0]
+
+
+# --- held results, the query history and hidden tools over HTTP, across databases and users
+
+
+@ASYNC
+async def test_held_results_and_hidden_tools_across_databases_and_users(
+    tmp_path: Path, tenants: Tenants, shop: str
+) -> None:
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            databases:
+              - {{name: notes, default: true, dsn: "{tenants.dsn}"}}
+              - {{name: shop, dsn: "{shop}"}}
+            users:
+              - name: alice
+                token: alice-token
+                tools: [execute_query, read_resource]
+                databases:
+                  notes: {{role: {tenants.ta}, settings: {{app.tenant_id: a}}}}
+              - name: bob
+                token: bob-token
+                databases: {{"*": {{}}}}
+            """
+        )
+    )
+    config = load(str(path))
+    big = "SELECT g, 'shop-secret-' || repeat('x', 200) AS s FROM generate_series(1, 3000) AS g"
+    async with serving(config.settings, None, config) as (base, _gateway):
+        async with client_as(base, "bob-token") as bob:
+            result = await bob.call_tool(
+                "execute_query", {"sql": big, "database": "shop", "limit": 3000}
+            )
+            first = json.loads(result.content[0].text)  # type: ignore[union-attr]
+            cursor = first["next_cursor"]
+            link = next(c for c in result.content if c.type == "resource_link")
+            held = str(link.uri)
+            assert cursor and held.startswith("pg://results/")
+        async with client_as(base, "alice-token") as alice:
+            tools = {t.name for t in (await alice.list_tools()).tools}
+            assert tools == {"execute_query", "read_resource", "list_databases"}
+            # bob's held result: as one that never was, by cursor and by URI, whatever
+            # database is named
+            made_up = held[:-4] + ("0000" if not held.endswith("0000") else "1111")
+            for database in (None, "notes", "shop"):
+                given = {} if database is None else {"database": database}
+                got = await alice.call_tool("execute_query", {"cursor": cursor, **given})
+                assert got.is_error and "shop-secret" not in str(got.content)
+                got = await alice.call_tool("read_resource", {"uri": held, **given})
+                other = await alice.call_tool("read_resource", {"uri": made_up, **given})
+                assert got.is_error and other.is_error
+                assert "shop-secret" not in str(got.content)
+            with pytest.raises(MCPError) as caught:
+                await alice.read_resource(held)
+            assert "shop-secret" not in said(caught.value.error.model_dump())
+            # (not in alice's `tools:`: not found; either way, nothing of bob's)
+            recent = await alice.call_tool("read_resource", {"uri": "pg://queries/recent"})
+            assert "shop-secret" not in str(recent.content)
+            # a hidden tool is an unknown one, with or without a database
+            for name in ("list_tables", "explain_query"):
+                hidden = await alice.call_tool(name, {"database": "notes"})
+                unknown = await alice.call_tool("no_such_tool", {"database": "notes"})
+                assert hidden.is_error
+                assert isinstance(hidden.structured_content, dict)
+                assert isinstance(unknown.structured_content, dict)
+                error, other = (
+                    hidden.structured_content["error"],
+                    unknown.structured_content["error"],
+                )
+                assert error["message"].replace(name, "X") == other["message"].replace(
+                    "no_such_tool", "X"
+                )
+                assert error["code"] == other["code"] and error["context"] == other["context"]
+            with pytest.raises(MCPError):
+                await alice.read_resource("pg://notes/schemas/app/tables")
