@@ -587,3 +587,57 @@ async def test_held_results_and_hidden_tools_across_databases_and_users(
                 assert error["code"] == other["code"] and error["context"] == other["context"]
             with pytest.raises(MCPError):
                 await alice.read_resource("pg://notes/schemas/app/tables")
+
+
+# --- 5. tokens and binds with users
+
+
+def test_auth_tokens_and_users_together_are_refused_naming_no_token(
+    tmp_path: Path, opened: str
+) -> None:
+    from pg_mcp_server.__main__ import RefusedToStart, check_bind
+    from pg_mcp_server.transport.gateway import http_app
+
+    path = tmp_path / "pg-mcp.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            server: {{auth_tokens: [stray-token-1], transport: http, host: 0.0.0.0}}
+            databases:
+              - {{name: people, default: true, dsn: "{opened}"}}
+              - {{name: other, dsn: "{opened}"}}
+            users:
+              - {{name: ann, token: ann-token, databases: {{people: {{}}}}}}
+            """
+        )
+    )
+    config = load(str(path))
+    with pytest.raises(ValueError) as raised:
+        http_app(config.settings, [], config)
+    assert "stray-token-1" not in str(raised.value) and "ann-token" not in str(raised.value)
+    # a non-loopback bind: users authenticate (allowed); no users and no tokens: refused
+    check_bind(config.settings, users=True)
+    bare = config.settings.server.model_copy(update={"auth_tokens": []})
+    with pytest.raises(RefusedToStart):
+        check_bind(config.settings.model_copy(update={"server": bare}), users=False)
+
+
+@ASYNC
+async def test_the_handshake_and_tool_schemas_name_no_hidden_database(
+    tmp_path: Path, secret: str, opened: str
+) -> None:
+    # (the suite's role is a superuser: vault's role audit has warnings, as people's has)
+    async with served_as(config_file(tmp_path, secret, opened)) as client:
+        assert "people: " in (client.instructions or "")  # its own database's warnings
+        assert not hidden_named(client.instructions or ""), client.instructions
+        tools = (await client.list_tools()).tools
+        for tool in tools:
+            assert not hidden_named(json.dumps(tool.input_schema)), tool.name
+        # vault is the default, not ann's: `database` is required of her
+        query = next(t for t in tools if t.name == "execute_query")
+        assert "database" in query.input_schema.get("required", [])
+    async with served_as(config_file(tmp_path, secret, opened), None) as client:
+        assert "vault: " in (client.instructions or "")
+        query = next(t for t in (await client.list_tools()).tools if t.name == "execute_query")
+        assert "database" not in query.input_schema.get("required", [])
+        assert "default vault" in json.dumps(query.input_schema)

@@ -261,16 +261,18 @@ class Databases:
     def _with_database(self, tool: ToolDef, names: list[str]) -> ToolDef:
         if tool.name == "list_databases":
             return tool
+        # the default is named (and `database` optional) only for a caller who may use it
+        default = self.default if self.default in names else None
         schema = dict(tool.input_schema)
         properties = dict(schema.get("properties") or {})
         properties[DATABASE_ARGUMENT] = {
             "type": "string",
             "enum": names,
             "description": "Which database (list_databases describes them)"
-            + (f"; default {self.default}" if self.default else ""),
+            + (f"; default {default}" if default else ""),
         }
         schema["properties"] = properties
-        if self.default is None:
+        if default is None:
             schema["required"] = [*schema.get("required", []), DATABASE_ARGUMENT]
         return ToolDef(
             tool.name,
@@ -303,10 +305,11 @@ class Databases:
         return found
 
     def prompt_list(self) -> list[McpPrompt]:
+        usable = allowed(self.names)
         argument = McpPromptArgument(
             name=DATABASE_ARGUMENT,
-            description="Which database: " + ", ".join(allowed(self.names)),
-            required=self.default is None,
+            description="Which database: " + ", ".join(usable),
+            required=self.default not in usable,
         )
         found = [
             p.model_copy(update={"arguments": [*(p.arguments or []), argument]})
