@@ -641,3 +641,56 @@ async def test_the_handshake_and_tool_schemas_name_no_hidden_database(
         query = next(t for t in (await client.list_tools()).tools if t.name == "execute_query")
         assert "database" not in query.input_schema.get("required", [])
         assert "default vault" in json.dumps(query.input_schema)
+
+
+# --- another database's statements in flight, through pg://{db}/stat/activity
+
+
+@ASYNC
+async def test_another_databases_statements_are_hidden_from_a_user(
+    tmp_path: Path, pg: PgServer, secret: str, opened: str
+) -> None:
+    import asyncio
+
+    import asyncpg
+
+    watcher = f"atk8_watch_{secrets.token_hex(3)}"
+    # people's login role may read every session's statistics (pg_read_all_stats, as a
+    # monitoring role often does); vault's pool is another role's (the suite's superuser)
+    await execute(
+        pg.admin_dsn, f"CREATE ROLE {watcher} LOGIN; GRANT pg_read_all_stats TO {watcher};"
+    )
+    path = config_file(tmp_path, secret, as_role(opened, watcher))
+    other = await asyncpg.connect(secret, server_settings={"application_name": "pg-mcp-server"})
+    try:
+        running = asyncio.ensure_future(
+            other.execute("SELECT pg_catalog.pg_sleep(60) /* vault-secret-statement */")
+        )
+        async with asyncio.timeout(30):
+            while True:  # the vault session is in its statement
+                state = await pg_fetchval(
+                    pg.admin_dsn,
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                    "AND query LIKE '%vault-secret-statement */'",
+                )
+                if state:
+                    break
+                await asyncio.sleep(0.05)
+        async with served_as(path) as client:
+            got = await call(client, "read_resource", uri="pg://people/stat/activity")
+        text = json.dumps(got)
+        assert "pg_sleep(60)" not in text and "vault-secret-statement" not in text, text[:2000]
+    finally:
+        await other.close(timeout=5)
+        running.cancel()
+        await execute(pg.admin_dsn, f"DROP ROLE IF EXISTS {watcher};")
+
+
+async def pg_fetchval(dsn: str, sql: str) -> Any:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval(sql)
+    finally:
+        await conn.close()
