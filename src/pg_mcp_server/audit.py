@@ -58,7 +58,7 @@ def outcome(result: CallToolResult) -> tuple[str, int | None]:
 
 def _plain(text: str) -> str:
     """As is when it is a plain name (every tool's is), else quoted: nothing a client sent
-    can break the line into fields."""
+    (nor a user's name in the configuration file) can break the line into fields."""
     text = text[:NAME_CHARS]
     return text if _PLAIN.match(text) else json.dumps(text, ensure_ascii=True)
 
@@ -74,7 +74,7 @@ def log_call(
 ) -> None:
     done, rows = outcome(result)
     fields = [
-        f"caller={caller()}",
+        f"caller={_plain(caller())}",  # a configured user's name may be anything
         f"database={_plain(database) if database else '-'}",
         f"tool={_plain(tool)}",
     ]

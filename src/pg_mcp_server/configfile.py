@@ -188,7 +188,7 @@ def load(
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(file)"
-        problem = getattr(exc, "problem", None) or "not valid YAML"
+        problem = _unquoted(getattr(exc, "problem", None) or "not valid YAML")
         raise ConfigFileError([f"{path}: {where}: {problem}"]) from None
     return _Reader(path, server_overrides or {}, database_overrides or {}).read(raw)
 
@@ -201,6 +201,7 @@ class _Reader:
         self.db_overrides = {k: v for k, v in db_overrides.items() if v is not None}
         self.problems: list[str] = []
         self.variables: set[str] = set()
+        self.values: set[str] = set()  # theirs: never echoed, wherever they end up
 
     def problem(self, where: str, what: str) -> None:
         self.problems.append(f"{self.path}: {where}: {what}")
@@ -398,6 +399,8 @@ class _Reader:
             if found is None:
                 self.problem(where, f"environment variable {name} is not set")
                 return ""
+            if found:
+                self.values.add(found)
             return found
 
         return _VARIABLE.sub(variable, value)
@@ -414,6 +417,8 @@ class _Reader:
                 continue
             message = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"]
             secret = any(word in place.lower() for word in _SECRET_WORDS)
+            # a ${VAR}'s value is a secret wherever it was put (a typo puts it anywhere)
+            secret = secret or any(v in str(err.get("input")) for v in self.values)
             if "input" in err and not secret and err["type"] != "value_error":
                 message += f" (got {str(err['input'])[:40]!r})"
             self.problem(place, message)
@@ -423,6 +428,13 @@ def _hiding(settings: Settings, names: frozenset[str]) -> Settings:
     if not names:
         return settings
     return settings.model_copy(update={"database": settings.database.hiding(names)})
+
+
+def _unquoted(problem: str) -> str:
+    """A YAML error's problem without the text it quotes: an unquoted value that starts
+    with `*`, `&` or `!` (a password's first character) is quoted back as an alias, an
+    anchor or a tag. A quoted character ('\t', '@') says which one is wrong and stays."""
+    return re.sub(r"'[^']{3,}'", "'...'", problem)
 
 
 def _join(where: str, key: str) -> str:

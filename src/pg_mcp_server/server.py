@@ -503,9 +503,14 @@ class PgMcp:
             entry = capabilities.get(kind) if isinstance(capabilities, dict) else None
             if isinstance(entry, dict):
                 entry["listChanged"] = self.reloads
+        from pg_mcp_server.primitives.databases import allowed
+
         app = ctx.lifespan_context
         found: list[str] = []
-        for name, one in (app.hub.apps if app.hub is not None else {"": app}).items():
+        apps = app.hub.apps if app.hub is not None else {"": app}
+        for name in allowed(list(apps)) if app.hub is not None else [""]:
+            # only the caller's own databases: another's name is not to be known
+            one = apps[name]
             if one.audit is not None:
                 found += [f"{name}: {w}" if name else w for w in await one.audit.wait()]
         if found:

@@ -41,7 +41,7 @@ from mcp_types import (
 )
 
 from pg_mcp_server.app import AppContext
-from pg_mcp_server.configfile import DatabaseEntry, ServerConfig
+from pg_mcp_server.configfile import RESERVED_NAMES, DatabaseEntry, ServerConfig
 from pg_mcp_server.errors import ParameterError, PgMcpError, closest, did_you_mean, to_pg_error
 from pg_mcp_server.identity import current_identity
 from pg_mcp_server.identity.access import shown
@@ -120,6 +120,9 @@ class Unit:
     def custom_tools(self) -> list[str]:
         return [t.name for t in self.custom.current.tools] if self.custom is not None else []
 
+    def custom_prompts(self) -> set[str]:
+        return {p.name for p in self.custom.current.prompts} if self.custom is not None else set()
+
 
 def _visible(tool: str, names: frozenset[str] | None) -> bool:
     return names is None or tool in names or tool == "list_databases"
@@ -189,11 +192,14 @@ class Databases:
         )
 
     def _split(self, uri: str) -> tuple[str, str] | None:
-        """`pg://sales/x` -> ("sales", "pg://x"); None when `uri` names no database first."""
+        """`pg://sales/x` -> ("sales", "pg://x"); None when `uri` names no database first (the
+        name is not checked: resolve() does)."""
         if not uri.startswith(SCHEME):
             return None
         name, slash, rest = uri[len(SCHEME) :].partition("/")
-        if not slash or name not in self.units:
+        # Any name but a built-in URI's first word, so that a database the caller may not
+        # use and one that is not there get the same answer (resolve's), naming neither.
+        if not slash or name in RESERVED_NAMES:
             return None
         return name, SCHEME + rest
 
@@ -201,13 +207,19 @@ class Databases:
         """A custom resource outside pg:// (its URI is as its file gives it)."""
         if uri.startswith(SCHEME):
             return None
-        for unit in self.units.values():
-            registry = unit.registry
+        for name in allowed(self.names):
+            registry = self.units[name].registry
             if uri in registry.resources or any(
                 t.parsed.match(uri) for t in registry.templates.values()
             ):
-                return unit.name
+                return name
         return None
+
+    def _owner_of_tool(self, name: str) -> str | None:
+        """The database a custom tool belongs to, when the caller may use it (else the tool
+        is unknown to this caller, and so is its database's name)."""
+        owner = self.bound.get(name)
+        return owner if owner is not None and owner in allowed(self.names) else None
 
     # --- lists
 
@@ -234,6 +246,8 @@ class Databases:
 
     def tool(self, name: str) -> ToolDef | None:
         """The tool `name`, if the caller may see it (a hidden one is unknown)."""
+        if name in self.bound and self._owner_of_tool(name) is None:
+            return None
         return self.tools.get(name) if _visible(name, shown()) else None
 
     @cached_property
@@ -247,16 +261,18 @@ class Databases:
     def _with_database(self, tool: ToolDef, names: list[str]) -> ToolDef:
         if tool.name == "list_databases":
             return tool
+        # the default is named (and `database` optional) only for a caller who may use it
+        default = self.default if self.default in names else None
         schema = dict(tool.input_schema)
         properties = dict(schema.get("properties") or {})
         properties[DATABASE_ARGUMENT] = {
             "type": "string",
             "enum": names,
             "description": "Which database (list_databases describes them)"
-            + (f"; default {self.default}" if self.default else ""),
+            + (f"; default {default}" if default else ""),
         }
         schema["properties"] = properties
-        if self.default is None:
+        if default is None:
             schema["required"] = [*schema.get("required", []), DATABASE_ARGUMENT]
         return ToolDef(
             tool.name,
@@ -289,14 +305,16 @@ class Databases:
         return found
 
     def prompt_list(self) -> list[McpPrompt]:
+        usable = allowed(self.names)
         argument = McpPromptArgument(
             name=DATABASE_ARGUMENT,
-            description="Which database: " + ", ".join(allowed(self.names)),
-            required=self.default is None,
+            description="Which database: " + ", ".join(usable),
+            required=self.default not in usable,
         )
         found = [
             p.model_copy(update={"arguments": [*(p.arguments or []), argument]})
             for p in self.first.registry.prompt_list()
+            if p.name in self.builtin_prompts
         ]
         known = {p.name for p in found}
         for name in allowed(self.names):
@@ -305,6 +323,11 @@ class Databases:
                     known.add(p.name)
                     found.append(p)
         return found
+
+    @cached_property
+    def builtin_prompts(self) -> frozenset[str]:
+        """The built-in prompts (every database's): the first registry's, less its file's."""
+        return frozenset(self.first.registry.prompts) - self.first.custom_prompts()
 
     def database_of(self, tool: str, arguments: dict[str, Any]) -> str | None:
         """For the audit line: the database a call was for, as it named it."""
@@ -323,7 +346,7 @@ class Databases:
         hub = app.hub
         assert hub is not None, "several databases have a hub"
         given = dict(arguments)
-        owner = self.bound.get(name)
+        owner = self._owner_of_tool(name)
         chosen = None
         if owner is None:
             chosen = given.pop(DATABASE_ARGUMENT, None)
@@ -343,6 +366,12 @@ class Databases:
             elif chosen is None and name == "execute_query" and given.get("cursor"):
                 # a page of a held result: the store is every database's
                 target = self.resolve(_any(allowed(self.names)))
+            elif (
+                name == "read_resource"
+                and chosen is None
+                and (held := self._owner_of(str(given.get("uri")))) is not None
+            ):
+                target = self.resolve(held)  # a custom resource's URI, as resources/read
             elif name == "read_resource" and str(given.get("uri")).startswith(SHARED):
                 target = self.resolve(chosen or _any(allowed(self.names)))
             else:
@@ -371,7 +400,7 @@ class Databases:
             raise ParameterError(
                 f"Resource not found: {clip(uri)}",
                 suggestion="With several databases a resource's URI names its database first: "
-                f"pg://{{database}}/..., for example pg://{self.names[0]}/system_info "
+                f"pg://{{database}}/..., for example pg://{_any(allowed(self.names))}/system_info "
                 "(resources/list gives them all).",
             )
         raise AssertionError("unreachable")  # pragma: no cover
@@ -387,12 +416,12 @@ class Databases:
         given = dict(arguments or {})
         chosen = given.pop(DATABASE_ARGUMENT, None)
         with _answered("prompt", {"prompt": clip(name)}):
-            owner = next((u.name for u in self.units.values() if name in u.registry.prompts), None)
-            builtin = name in self.first.registry.prompts
+            usable = allowed(self.names)
+            owner = next((n for n in usable if name in self.units[n].registry.prompts), None)
+            builtin = name in self.builtin_prompts
             target = self.resolve(chosen if builtin or chosen else owner)
+        # a prompt of a database the caller may not use gets the target's not-found answer
         registry = self.units[target].registry
-        if not builtin and name not in registry.prompts:
-            registry = self.first.registry  # its not-found answer
         return await registry.get_prompt(name, given, self._app(app, target))
 
     def check_prompt_request(self, params: Mapping[str, Any] | None) -> None:

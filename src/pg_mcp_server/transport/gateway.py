@@ -409,7 +409,12 @@ class Gateway:
             reason = exc.code if isinstance(exc, PgMcpError) else "TIMEOUT"
             body = {"status": "unavailable", "database": reason}
             if isinstance(exc, PgMcpError) and exc.context and "down" in exc.context:
-                body["down"] = exc.context["down"]  # several databases: which (names only)
+                if self.callers is None:
+                    body["down"] = exc.context["down"]  # several databases: which (names only)
+                else:
+                    # /health takes no token: with users, a database's name is only for
+                    # those whose grant names it (the log names it for the operator)
+                    logger.warning("/health: not reachable: %s", ", ".join(exc.context["down"]))
             await _respond(send, 503, body)
             return
         await _respond(send, 200, {"status": "ok", "database": "reachable"})

@@ -205,7 +205,11 @@ async def activity(conn: asyncpg.Connection) -> dict[str, Any]:
     document = await _document(conn, ACTIVITY)
     hidden = hides_statements_of(conn)
     for session in document["sessions"]:  # a CREATE ROLE ... PASSWORD another session runs
-        if not session["this_session"] and session["query"] and hidden(session["user"]):
+        if (
+            not session["this_session"]
+            and session["query"]
+            and hidden(session["user"], session["application_name"])
+        ):
             session["query"] = OTHER_CALLER
         session["query"] = mask_query(session["query"])
     states = Counter(

@@ -78,7 +78,7 @@ WITH waiting AS (
     SELECT a.pid, pg_catalog.pg_blocking_pids(a.pid) AS blocked_by
     FROM pg_catalog.pg_stat_activity a WHERE a.wait_event_type = 'Lock')
 SELECT a.pid, pg_catalog.to_json(w.blocked_by) AS blocked_by, a.usename AS user,
-       a.datname AS database, a.state, a.wait_event_type, a.wait_event,
+       a.datname AS database, a.application_name, a.state, a.wait_event_type, a.wait_event,
        {_SECONDS.format("query_start")} AS query_seconds,
        {_SECONDS.format("xact_start")} AS transaction_seconds,
        pg_catalog.left(a.query, {QUERY_CHARS}) AS query, {_HIDDEN} AS hidden
@@ -156,20 +156,25 @@ async def connections(conn: asyncpg.Connection, limit: int) -> Outcome:
     return Outcome("connections", findings, len(findings), note)
 
 
-def _session(r: asyncpg.Record, hidden: Callable[[str | None], bool]) -> dict[str, Any]:
+def _session(r: asyncpg.Record, hidden: Callable[[str | None, str | None], bool]) -> dict[str, Any]:
     session = {"pid": r["pid"], "user": r["user"], "database": r["database"]}
     if r["application_name"]:
         session["application_name"] = r["application_name"]
     return session | {
         "state": r["state"],
         "transaction_seconds": seconds(r["transaction_seconds"]),
-        "query": _statement(r["query"], r["user"], hidden),
+        "query": _statement(r["query"], r["user"], r["application_name"], hidden),
     }
 
 
-def _statement(text: str | None, user: str | None, hidden: Callable[[str | None], bool]) -> Any:
+def _statement(
+    text: str | None,
+    user: str | None,
+    application: str | None,
+    hidden: Callable[[str | None, str | None], bool],
+) -> Any:
     """Another session's statement as shown (see rows.hides_statements_of, mask_query)."""
-    return OTHER_CALLER if text and hidden(user) else mask_query(text)
+    return OTHER_CALLER if text and hidden(user, application) else mask_query(text)
 
 
 async def idle_in_transaction(conn: asyncpg.Connection, limit: int) -> Outcome:
@@ -280,7 +285,7 @@ async def blocking_locks(conn: asyncpg.Connection, limit: int) -> Outcome:
                 "database": head["database"],
                 "state": head["state"],
                 "transaction_seconds": seconds(head["transaction_seconds"]),
-                "query": _statement(head["query"], head["user"], hidden),
+                "query": _statement(head["query"], head["user"], head["application_name"], hidden),
             }
         findings.append(
             Finding(

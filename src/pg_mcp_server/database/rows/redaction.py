@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from pg_mcp_server.config import APPLICATION_NAME
 from pg_mcp_server.database.rows.values import REDACTED
 from pg_mcp_server.database.sql import names, statement, tree as sqltree
 from pg_mcp_server.identity import current_identity
@@ -310,17 +311,23 @@ _SQL_PASSWORD = re.compile(r"(password\s*=?\s*)'(?:[^']|'')*'", re.IGNORECASE)
 OTHER_CALLER = "<another caller's statement>"
 
 
-def hides_statements_of(conn: asyncpg.Connection) -> Callable[[str | None], bool]:
+def hides_statements_of(conn: asyncpg.Connection) -> Callable[[str | None, str | None], bool]:
     """Whether the statement text of another session, by its user, is hidden from the
     current caller. With users (identity/), every pooled session is the login role's whatever
     role a call SETs, so PostgreSQL shows a user whose grant runs as the login role every
     other user's statements in flight (attack7 F3): the login role's sessions other than the
     caller's own are hidden then (every other one, when the server did not report the
-    session's user, as behind some poolers). Without an identity nothing is hidden here."""
+    session's user, as behind some poolers). So are the sessions of every pool of this
+    server's, by their application_name, whatever role they log in as: with several
+    databases another database's pool may log in as another role, whose statements a role
+    with pg_read_all_stats sees (attack8 F6). Called with a session's user and its
+    application_name. Without an identity nothing is hidden here."""
     if current_identity.get() is None:
-        return lambda user: False
+        return lambda user, application: False
     login = getattr(conn.get_settings(), "session_authorization", None)
-    return lambda user: login is None or user == login
+    return lambda user, application: (
+        login is None or user == login or application == APPLICATION_NAME
+    )
 
 
 def mask_query(text: str | None) -> str | None:
