@@ -286,6 +286,28 @@ async def test_audit_line_has_no_parameter_values(
     assert not any(secret in line for line in lines)
 
 
+async def test_audit_parameters_shows_the_values_never_the_sql(
+    tmp_path: Path, sales: str, staff: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """auth.audit_parameters: the values a caller passed are on the line, quoted as one field
+    and bounded; the SQL text is still only its hash."""
+    extra = "server:\n  audit_log: true\nauth:\n  audit_parameters: true\n"
+    path = two(tmp_path, sales, staff, extra=extra)
+    long = "x" * 5000
+    with caplog.at_level(logging.INFO, logger="pg_mcp_server.audit"):
+        async with serve(path) as client:
+            await call(
+                client,
+                "execute_query",
+                sql="SELECT id FROM orders WHERE customer <> $1 AND $2::text <> 'sql-marker'",
+                params=["needle-7f3a", long],
+            )
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "pg_mcp_server.audit"]
+    assert "needle-7f3a" in line and "sql-marker" not in line and " sql=" in line
+    assert len(line) < 1400, len(line)
+    assert "\n" not in line
+
+
 # --- the configuration file's errors
 
 

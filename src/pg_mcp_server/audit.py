@@ -26,6 +26,7 @@ logger = logging.getLogger("pg_mcp_server.audit")
 
 SQL_ARGUMENTS = ("sql", "query")
 NAME_CHARS = 100
+PARAMS_CHARS = 1000  # of the arguments shown with auth.audit_parameters
 _PLAIN = re.compile(r"^[A-Za-z0-9_.-]+$")  # of a tool name (a client may send anything)
 
 
@@ -84,6 +85,10 @@ def log_call(
         fields.append(f"rows={rows}")
     fields += [f"outcome={done}", f"ms={elapsed_s * 1000:.1f}"]
     if parameters:
-        shown = {k: v for k, v in arguments.items() if k != "database"}
-        fields.append("params=" + json.dumps(shown, ensure_ascii=False, default=str))
+        # The values a caller passed (`params`, a table name, a search text ...); the SQL is
+        # its hash above, and the line stays bounded.
+        shown = {k: v for k, v in arguments.items() if k not in ("database", *SQL_ARGUMENTS)}
+        text = json.dumps(shown, ensure_ascii=True, default=str)
+        cut = text if len(text) <= PARAMS_CHARS else text[:PARAMS_CHARS] + "..."
+        fields.append("params=" + json.dumps(cut, ensure_ascii=True))
     logger.info("audit %s", " ".join(fields))
