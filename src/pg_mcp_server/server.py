@@ -503,12 +503,16 @@ class PgMcp:
             entry = capabilities.get(kind) if isinstance(capabilities, dict) else None
             if isinstance(entry, dict):
                 entry["listChanged"] = self.reloads
-        from pg_mcp_server.primitives.databases import allowed
-
         app = ctx.lifespan_context
         found: list[str] = []
         apps = app.hub.apps if app.hub is not None else {"": app}
-        for name in allowed(list(apps)) if app.hub is not None else [""]:
+        names = [""]
+        if app.hub is not None:
+            # (imported only here: one database's initialize needs no database layer)
+            from pg_mcp_server.primitives.databases import allowed
+
+            names = allowed(list(apps))
+        for name in names:
             # only the caller's own databases: another's name is not to be known
             one = apps[name]
             if one.audit is not None:
