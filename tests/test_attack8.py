@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from identitybed import SETUP, Tenants, as_role, client_as, names, serving
+from identitybed import Tenants, as_role, client_as, serving, tenants_in
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PromptReference, ResourceTemplateReference
@@ -322,14 +322,8 @@ async def test_a_users_name_cannot_forge_audit_fields(
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def tenants(pg: PgServer) -> AsyncIterator[Tenants]:
-    db = await pg.create_database("atk8_notes")
-    roles = names()
-    await execute(db.dsn, SETUP.format(**roles))
-    try:
-        yield Tenants(db.dsn, db.name, **roles)
-    finally:
-        await pg.drop_database(db.name)
-        await execute(pg.admin_dsn, "".join(f"DROP ROLE IF EXISTS {r};" for r in roles.values()))
+    async with tenants_in(pg, "atk8_notes") as made:
+        yield made
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

@@ -27,6 +27,7 @@ from pg_mcp_server.identity import OAuthSettings
 from pg_mcp_server.identity.oauth import (
     JWKS_RETRY_S,
     LEEWAY_S,
+    SdkVerifier,
     TokenRejected,
     bounded_json,
     insufficient_scope,
@@ -42,7 +43,7 @@ MAX_BYTES = 100_000
 RETRY_S = JWKS_RETRY_S  # after a failed ask, tokens are answered 503 this long without one
 
 
-class Introspector:
+class Introspector(SdkVerifier):
     """Verifies opaque access tokens by asking the authorization server (RFC 7662)."""
 
     def __init__(self, settings: OAuthSettings) -> None:
@@ -57,13 +58,6 @@ class Introspector:
         self._auth = (settings.client_id, settings.client_secret.get_secret_value())
         self._cache: OrderedDict[str, tuple[float, AccessToken]] = OrderedDict()
         self._failed_at = -RETRY_S  # (monotonic) when an ask last failed
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        """The SDK's TokenVerifier protocol."""
-        try:
-            return await self.check(token)
-        except TokenRejected:
-            return None
 
     async def check(self, token: str) -> AccessToken:
         key = hashlib.sha256(token.encode()).hexdigest()

@@ -62,6 +62,20 @@ class Verifier(Protocol):
     async def check(self, token: str) -> AccessToken: ...
 
 
+class SdkVerifier:
+    """The SDK's TokenVerifier protocol over `check` (JWTs and introspection alike)."""
+
+    async def check(self, token: str) -> AccessToken:
+        raise NotImplementedError
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The token's access, None when refused."""
+        try:
+            return await self.check(token)
+        except TokenRejected:
+            return None
+
+
 class Verifiers:
     """JWTs against the JWKS (`jwks_uri`), other tokens by introspection
     (`introspection_endpoint`), as configured."""
@@ -101,7 +115,7 @@ async def bounded_json(
     return json.loads(body)
 
 
-class JwtVerifier:
+class JwtVerifier(SdkVerifier):
     """Verifies JWT access tokens against the issuer's JWKS (`oauth.jwks_uri`)."""
 
     def __init__(self, settings: OAuthSettings) -> None:
@@ -120,13 +134,6 @@ class JwtVerifier:
         self._keys: _Keys | None = None
         self._failed_at = -JWKS_RETRY_S  # (monotonic) when a fetch last failed
         self._fetching = asyncio.Lock()
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        """The SDK's TokenVerifier protocol: the token's access, None when refused."""
-        try:
-            return await self.check(token)
-        except TokenRejected:
-            return None
 
     async def check(self, token: str) -> AccessToken:
         """The verified token, or TokenRejected saying which check failed."""
